@@ -1,0 +1,21 @@
+# LLM-inference benchmarking pipeline: model -> workload -> HF baseline -> vLLM offline ->
+# KV-cache allocator analysis -> OpenAI-compatible server under load -> HTML report.
+# Run with `snakemake --cores 8`; see README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/workload.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,83 @@
+"""Writing JSON artifacts: validated against their schema, written atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+
+
+class ArtifactError(ValueError):
+    """An artifact that does not match its schema: a bug, never written to disk."""
+
+
+def _finite(value):
+    """JSON has no NaN or Infinity; a metric that does not exist is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def load_schema(name: str) -> dict:
+    with open(SCHEMA_DIR / f"{name}.schema.yaml") as handle:
+        return yaml.safe_load(handle)
+
+
+def validate(data: dict, schema_name: str) -> None:
+    validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+    error = next(iter(sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))), None)
+    if error is not None:
+        where = "/".join(map(str, error.absolute_path)) or "(top level)"
+        raise ArtifactError(f"{schema_name} artifact is invalid at {where}: {error.message}")
+
+
+def write_json(path: str | Path, data: dict, schema_name: str | None = None) -> None:
+    """Validate (when a schema is named), then write through a temporary file and rename."""
+    data = _finite(data)
+    if schema_name:
+        validate(data, schema_name)
+    _write_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_jsonl(path: str | Path, rows: list[dict], schema_name: str | None = None) -> None:
+    """One JSON object a line; every line validated against the named schema."""
+    rows = [_finite(row) for row in rows]
+    if schema_name:
+        for row in rows:
+            validate(row, schema_name)
+    _write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def _write_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def read_json(path: str | Path) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]

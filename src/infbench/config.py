@@ -1,0 +1,165 @@
+"""Configuration checks: the JSON schema first, then what a schema cannot say.
+
+Every problem becomes one ConfigError line that names the key, the bad value and what is
+allowed, so a bad config stops the workflow before any job runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the user who has to fix it."""
+
+
+def _key_path(path) -> str:
+    parts = []
+    for part in path:
+        parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+    return "".join(parts).lstrip(".") or "(top level)"
+
+
+def _subschema(schema: dict, path) -> dict:
+    """The schema node that describes the value at `path` (follows properties/items/$ref)."""
+    node = schema
+    for part in path:
+        if "$ref" in node:
+            node = _resolve_ref(schema, node["$ref"])
+        if isinstance(part, int):
+            node = node.get("items", {})
+        else:
+            node = node.get("properties", {}).get(part, {})
+    if "$ref" in node:
+        node = _resolve_ref(schema, node["$ref"])
+    return node
+
+
+def _resolve_ref(schema: dict, ref: str) -> dict:
+    node = schema
+    for part in ref.lstrip("#/").split("/"):
+        node = node[part]
+    return node
+
+
+def _describe_allowed(node: dict) -> str:
+    if "description" in node:
+        return node["description"]
+    if "enum" in node:
+        return "one of " + ", ".join(map(str, node["enum"]))
+    if "properties" in node:
+        return "keys " + ", ".join(node["properties"])
+    bounds = []
+    if "type" in node:
+        bounds.append(str(node["type"]))
+    for word, key in ((">=", "minimum"), (">", "exclusiveMinimum"), ("<=", "maximum")):
+        if key in node:
+            bounds.append(f"{word} {node[key]}")
+    return " ".join(bounds) or "see config/README.md"
+
+
+def _schema_message(error: jsonschema.ValidationError, schema: dict) -> str:
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        node = _subschema(schema, path)
+        unknown = sorted(set(error.instance) - set(node.get("properties", {})))
+        where = _key_path(path)
+        return (
+            f"unknown key {', '.join(map(repr, unknown))} in {where}; "
+            f"allowed keys: {', '.join(node.get('properties', {}))}"
+        )
+    if error.validator == "required":
+        return f"{_key_path(path)}: {error.message}"
+    node = _subschema(schema, path)
+    return f"{_key_path(path)} = {error.instance!r} is not allowed ({error.message}); allowed: {_describe_allowed(node)}"
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def check_schema(config: dict, schema: dict | None = None) -> None:
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        # The deepest error is the most specific one; `if/then` failures come with a
+        # nested `required` error that names the missing key.
+        first = errors[0]
+        raise ConfigError(f"config error: {_schema_message(first, schema)}" + (
+            f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+
+
+def check_semantics(config: dict, base_dir: Path) -> None:
+    names = [model["name"] for model in config["models"]]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"config error: models: name {duplicates[0]!r} is used twice; give every model its own name")
+    for index, model in enumerate(config["models"]):
+        if model["source"] == "local":
+            folder = resolve_path(model["path"], base_dir)
+            if not (folder / "config.json").is_file():
+                raise ConfigError(
+                    f"config error: models[{index}].path = {model['path']!r}: no model folder there "
+                    f"(looked for {folder / 'config.json'}); give a folder with config.json, tokenizer and weights"
+                )
+    engine = config["engine"]
+    if config["hardware"]["device"] == "cpu" and engine["block_size"] % 32:
+        raise ConfigError(
+            f"config error: engine.block_size = {engine['block_size']} is not allowed on device cpu; "
+            "allowed: a multiple of 32 (vLLM's CPU attention needs it; 128 is its default)"
+        )
+    synthetic = config["workload"]["synthetic"]
+    for key in ("prompt_tokens", "output_tokens"):
+        dist = synthetic.get(key)
+        if dist and dist["min"] > dist["max"]:
+            raise ConfigError(
+                f"config error: workload.synthetic.{key}.min = {dist['min']} is larger than max = {dist['max']}; "
+                "allowed: min <= max"
+            )
+    longest_study = max(config["benchmark"]["study_max_new_tokens"])
+    if longest_study + 32 > engine["max_model_len"]:
+        raise ConfigError(
+            f"config error: benchmark.study_max_new_tokens = {longest_study} does not fit in "
+            f"engine.max_model_len = {engine['max_model_len']} with the study's prompt; "
+            f"allowed: at most {engine['max_model_len'] - 32}"
+        )
+
+
+def resolve_path(path: str, base_dir: Path) -> Path:
+    expanded = Path(os.path.expandvars(os.path.expanduser(path)))
+    return expanded if expanded.is_absolute() else (base_dir / expanded).resolve()
+
+
+def validate_config(config: Any, base_dir: Path) -> dict:
+    """Check a loaded config completely; raise ConfigError with one clear line on the first problem."""
+    if not isinstance(config, dict) or not config:
+        raise ConfigError("config error: the config is empty or not a mapping; start from config/config.yaml")
+    check_schema(config)
+    check_semantics(config, base_dir)
+    return config
+
+
+def native_bf16_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
+    try:
+        flags = Path(cpuinfo_path).read_text()
+    except OSError:
+        return False
+    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """`auto`: bf16 on GPUs and on CPUs with native bf16; float32 elsewhere (bf16 is emulated there and slower)."""
+    if dtype != "auto":
+        return dtype
+    if device == "cuda" or native_bf16_cpu():
+        return "bfloat16"
+    return "float32"

