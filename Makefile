@@ -5,16 +5,17 @@ PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 8
 LOCK := envs/cpu.lock.txt
-STAMP := $(VENV)/.installed-$(shell sha1sum $(LOCK) | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml | sha1sum | cut -c1-12)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: setup report test dry-run lock clean-results
 
 setup: $(STAMP)
 
-$(STAMP): $(LOCK)
+$(STAMP): $(LOCK) pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --no-deps -r $(LOCK)
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 	@echo "environment ready: $(VENV)"
 
@@ -32,7 +33,7 @@ lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet -r envs/requirements-cpu.in
 	.lock-venv/bin/pip uninstall --yes torchvision torchaudio torchcodec
-	{ sed -n '1,/^[^#]/{/^#/p}' $(LOCK); .lock-venv/bin/pip freeze; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
+	{ sed -n '1,/^[^#]/{/^#/p}' $(LOCK); .lock-venv/bin/pip freeze --all | grep -v "^pip=="; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
 	rm -rf .lock-venv
 
 clean-results:

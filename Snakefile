@@ -11,6 +11,12 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)),
+
+
 include: "workflow/rules/model.smk"
 include: "workflow/rules/workload.smk"
 

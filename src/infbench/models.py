@@ -233,3 +233,26 @@ def share_readable(folder: Path) -> None:
     for path in folder.iterdir():
         if path.is_file() and not path.is_symlink():
             path.chmod(0o644)
+
+
+def truncate_layers(source: Path, out_dir: Path, num_layers: int) -> None:
+    """A smaller model cut from `source`: its first `num_layers` decoder layers, everything
+    else (embeddings, norm, tokenizer) unchanged. Used for fast engine tests."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((source / "config.json").read_text())
+    config["num_hidden_layers"] = num_layers
+    tensors = {}
+    for path in sorted(source.glob("*.safetensors")):
+        for name, tensor in load_file(path).items():
+            parts = name.split(".")
+            if "layers" in parts and int(parts[parts.index("layers") + 1]) >= num_layers:
+                continue
+            tensors[name] = tensor
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
+    for path in source.iterdir():
+        if path.is_file() and path.suffix not in WEIGHT_SUFFIXES and path.name not in ("config.json", "model.json"):
+            shutil.copy(path, out_dir / path.name)
+    # config.json last: its presence marks a complete folder.
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))

@@ -1,14 +1,10 @@
-# Helpers shared by every rule file: config validation, model lookup, and the list of
+# Helpers shared by the rule files, namely config validation, model lookup, and the list of
 # package modules a rule imports (declared as inputs so code changes trigger reruns).
+# The package `infbench` (src/) is installed editable in the environment by `make setup`.
 
-import os
-import sys
 from pathlib import Path
 
 SRC_DIR = Path(workflow.basedir) / "src"
-sys.path.insert(0, str(SRC_DIR))
-# Rule scripts run in their own Python process: they find the package through PYTHONPATH.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))
 
 from infbench.config import ConfigError, resolve_dtype, validate_config
 
@@ -19,10 +15,6 @@ except ConfigError as error:
 
 MODELS = {model["name"]: model for model in config["models"]}
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
-
-
-wildcard_constraints:
-    model="|".join(map(re.escape, MODELS)),
 
 
 def package_modules(*names):

@@ -7,6 +7,8 @@ rule model:
     params:
         spec=model_spec,
         download_dir="resources/downloads",
+    conda:
+        "../../envs/cpu.yaml"
     log:
         "logs/model/{model}.log",
     script:

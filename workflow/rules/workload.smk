@@ -10,6 +10,8 @@ rule workload:
         max_model_len=config["engine"]["max_model_len"],
         study_max_tokens=max(config["benchmark"]["study_max_new_tokens"]),
         seed=config["seed"],
+    conda:
+        "../../envs/cpu.yaml"
     log:
         "logs/workload/{model}.log",
     script:

@@ -1,0 +1,64 @@
+"""Engine settings derived from the config, identical for every engine that is measured:
+the same cores, the same thread count, the same dtype."""
+
+from __future__ import annotations
+
+import os
+
+GIB = 1 << 30
+
+
+def bound_cpus(threads: int) -> list[int]:
+    """The first `threads` CPUs this process may use; every engine is pinned to these."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if threads > len(allowed):
+        from infbench.logging_setup import UserError
+
+        raise UserError(
+            f"hardware.threads = {threads} but only {len(allowed)} CPUs are available here; "
+            f"set hardware.threads to at most {len(allowed)} in config/config.yaml"
+        )
+    return allowed[:threads]
+
+
+def cpu_list(cpus: list[int]) -> str:
+    return ",".join(map(str, cpus))
+
+
+def pin_process(threads: int, device: str) -> list[int]:
+    """Pin this process (and what it spawns) to the benchmark CPUs and set the thread counts.
+
+    Must run before torch creates its thread pool. vLLM's CPU backend binds its OpenMP
+    threads itself from VLLM_CPU_OMP_THREADS_BIND; its default `auto` may reserve a core,
+    which would give vLLM fewer threads than HF.
+    """
+    cpus = bound_cpus(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    if device == "cpu":
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(cpus)
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+def kv_cache_bytes(kv_cache_gib: float) -> int:
+    return int(kv_cache_gib * GIB)
+
+
+def vllm_engine_args(model_dir: str, dtype: str, engine: dict, seed: int, device: str) -> dict:
+    """Keyword arguments for vllm.LLM (and, as flags, for the server)."""
+    args = {
+        "model": str(model_dir),
+        "dtype": dtype,
+        "max_model_len": engine["max_model_len"],
+        "kv_cache_memory_bytes": kv_cache_bytes(engine["kv_cache_gib"]),
+        "block_size": engine["block_size"],
+        "enable_prefix_caching": engine["enable_prefix_caching"],
+        "seed": seed,
+        "disable_log_stats": False,
+    }
+    if device == "cpu":
+        # CUDA graphs and torch.compile do not apply on CPU; eager mode as in the study.
+        args["enforce_eager"] = True
+    return args
