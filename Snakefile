@@ -19,6 +19,7 @@ wildcard_constraints:
 
 include: "workflow/rules/model.smk"
 include: "workflow/rules/workload.smk"
+include: "workflow/rules/offline.smk"
 
 
 rule all:

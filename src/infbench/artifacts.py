@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import yaml
+from referencing import Registry, Resource
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 
@@ -34,8 +35,15 @@ def load_schema(name: str) -> dict:
         return yaml.safe_load(handle)
 
 
+def schema_registry() -> Registry:
+    """Every schema file under its file name, so schemas can `$ref` each other."""
+    resources = [(path.name, Resource.from_contents(yaml.safe_load(path.read_text())))
+                 for path in SCHEMA_DIR.glob("*.schema.yaml")]
+    return Registry().with_resources(resources)
+
+
 def validate(data: dict, schema_name: str) -> None:
-    validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+    validator = jsonschema.Draft202012Validator(load_schema(schema_name), registry=schema_registry())
     error = next(iter(sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))), None)
     if error is not None:
         where = "/".join(map(str, error.absolute_path)) or "(top level)"

@@ -26,8 +26,22 @@ def model_spec(wildcards):
     return MODELS[wildcards.model]
 
 
+def stage_config(wildcards, *sections):
+    """The config that produced a stage's numbers, recorded in its artifact's provenance."""
+    record = {section: config[section] for section in sections}
+    record["model"] = MODELS[wildcards.model]
+    record["resolved_dtype"] = DTYPE
+    return record
+
+
 def final_outputs():
     outputs = []
     for name in MODELS:
         outputs += [f"resources/models/{name}/model.json", f"results/{name}/workload.jsonl"]
+        if config["hf_baseline"]["enabled"]:
+            outputs.append(f"results/{name}/hf_baseline.json")
+        if config["vllm_offline"]["enabled"]:
+            outputs.append(f"results/{name}/vllm_offline.json")
+        if config["hf_baseline"]["enabled"] and config["vllm_offline"]["enabled"]:
+            outputs.append(f"results/{name}/comparison.json")
     return outputs

@@ -7,6 +7,9 @@ rule model:
     params:
         spec=model_spec,
         download_dir="resources/downloads",
+    resources:
+        # Conversion is CPU-heavy: it must not share the CPU with a measurement.
+        bench_slot=1,
     conda:
         "../../envs/cpu.yaml"
     log:

@@ -1,0 +1,35 @@
+"""Rule `vllm_offline`: vllm.LLM on the shared scenarios -> vllm_offline.json."""
+
+from pathlib import Path
+
+from infbench import provenance
+from infbench.artifacts import read_json, read_jsonl, write_json
+from infbench.engines import kv_cache_bytes, pin_process, vllm_engine_args
+from infbench.logging_setup import rule_logging
+from infbench.scenarios import fair_settings, offline_artifact
+
+
+def main(snakemake):
+    params = snakemake.params
+    started = provenance.now_iso()
+    cpus = pin_process(params.threads, params.device)
+
+    from infbench.vllm_bench import VLLMRunner, engine_facts
+
+    facts = read_json(snakemake.input.facts)
+    model_dir = Path(snakemake.input.facts).parent
+    runner = VLLMRunner(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device))
+    settings = fair_settings(params.dtype, params.threads, cpus, params.benchmark, params.seed,
+                             prefix_caching=params.engine["enable_prefix_caching"])
+    artifact = offline_artifact("vllm", facts["name"], runner, read_jsonl(snakemake.input.workload), settings,
+                                facts["kv_bytes_per_token"][params.dtype])
+    artifact["engine_facts"] = engine_facts(runner.llm, params.engine["max_model_len"], runner.startup_s)
+    artifact["engine_facts"]["kv_cache_bytes"] = kv_cache_bytes(params.engine["kv_cache_gib"])
+    artifact["provenance"] = provenance.collect(params.provenance_config, params.threads, started, params.device)
+    write_json(snakemake.output[0], artifact, schema_name="offline")
+
+
+# vLLM starts its engine core with spawn, which re-imports this file: only the parent runs.
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)

@@ -1,0 +1,86 @@
+# Offline baselines: Transformers generate() vs vllm.LLM on the same scenarios, then their
+# comparison. Measuring rules take the whole `bench_slot` resource so they never overlap.
+
+
+rule hf_baseline:
+    """Transformers generate(): the study's request, the workload one at a time, static batches."""
+    output:
+        "results/{model}/hf_baseline.json",
+    input:
+        facts="resources/models/{model}/model.json",
+        workload="results/{model}/workload.jsonl",
+        code=package_modules("engines", "hf_bench", "logging_setup", "metrics", "scenarios", "stats"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        benchmark=config["benchmark"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "benchmark", "seed"),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "logs/hf_baseline/{model}.log",
+    benchmark:
+        "benchmarks/{model}/hf_baseline.tsv"
+    script:
+        "../../scripts/hf_baseline.py"
+
+
+rule vllm_offline:
+    """vllm.LLM: the same scenarios plus the whole workload at once (continuous batching)."""
+    output:
+        "results/{model}/vllm_offline.json",
+    input:
+        facts="resources/models/{model}/model.json",
+        workload="results/{model}/workload.jsonl",
+        code=package_modules("engines", "vllm_bench", "logging_setup", "metrics", "scenarios", "stats"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        benchmark=config["benchmark"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "benchmark", "seed"),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "logs/vllm_offline/{model}.log",
+    benchmark:
+        "benchmarks/{model}/vllm_offline.tsv"
+    script:
+        "../../scripts/vllm_offline.py"
+
+
+rule compare_offline:
+    """vLLM / HF ratios with confidence intervals, greedy agreement, and the study's figures."""
+    output:
+        "results/{model}/comparison.json",
+    input:
+        hf="results/{model}/hf_baseline.json",
+        vllm="results/{model}/vllm_offline.json",
+        facts="resources/models/{model}/model.json",
+        workload="results/{model}/workload.jsonl",
+        code=package_modules("compare", "engines", "hf_bench", "logging_setup", "stats", "study"),
+    params:
+        agreement_threshold=config["benchmark"]["agreement_threshold"],
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+    threads: config["hardware"]["threads"]
+    resources:
+        # It runs the model: it must not share the CPU with a measurement.
+        bench_slot=1,
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "logs/compare_offline/{model}.log",
+    script:
+        "../../scripts/compare_offline.py"
