@@ -80,3 +80,12 @@ def write_config(workdir: Path, config: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, tiny_model) -> Path:
+    """The whole default pipeline on the tiny model, run once with `--cores 8` like a user."""
+    workdir = tmp_path_factory.mktemp("tiny-run")
+    write_config(workdir, tiny_config(tiny_model))
+    snakemake(workdir, "--cores", "8")
+    return workdir

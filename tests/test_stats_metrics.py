@@ -1,0 +1,82 @@
+"""Statistics and metric formulas, checked against values worked out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from infbench.metrics import RequestResult, aggregate, goodput, itl_from_token_times, tpot
+from infbench.stats import percentile, ratio_of_means, summarize, t_975
+
+
+def test_t_quantiles():
+    assert t_975(1) == 12.706
+    assert t_975(2) == 4.303
+    assert t_975(35) == 2.042  # between rows: the smaller df, a wider interval
+    assert t_975(1000) == 1.960
+    with pytest.raises(ValueError):
+        t_975(0)
+
+
+def test_summary_by_hand():
+    s = summarize([10.0, 12.0, 14.0])
+    assert s.mean == 12.0 and s.median == 12.0 and s.min == 10.0 and s.max == 14.0
+    assert s.std == pytest.approx(2.0)  # sample std: sqrt(((-2)^2 + 0 + 2^2) / 2)
+    half = 4.303 * 2.0 / math.sqrt(3)
+    assert (s.ci95_low, s.ci95_high) == pytest.approx((12 - half, 12 + half))
+
+
+def test_single_value_has_no_interval():
+    s = summarize([5.0])
+    assert s.mean == 5.0 and math.isnan(s.ci95_low) and math.isnan(s.std)
+
+
+def test_ratio_of_means_delta_method():
+    r = ratio_of_means([20.0, 22.0, 24.0], [10.0, 10.0, 10.0])
+    assert r["ratio"] == pytest.approx(2.2)
+    se_log = math.sqrt(2.0**2 / (3 * 22.0**2))
+    assert r["ci95_high"] == pytest.approx(2.2 * math.exp(4.303 * se_log))
+    assert r["ci95_low"] < 2.2 < r["ci95_high"]
+    exact = ratio_of_means([3.0, 3.0], [1.5, 1.5])
+    assert exact == {"ratio": 2.0, "ci95_low": 2.0, "ci95_high": 2.0}
+
+
+def test_percentile_matches_numpy_linear():
+    values = [1, 2, 3, 4, 10]
+    assert percentile(values, 50) == 3
+    assert percentile(values, 99) == pytest.approx(np.percentile(values, 99))
+    assert math.isnan(percentile([], 50))
+
+
+def test_tpot_and_itl_definitions():
+    assert tpot(e2el=1.0, ttft=0.1, output_tokens=10) == pytest.approx(0.1)
+    assert tpot(e2el=1.0, ttft=0.1, output_tokens=1) is None
+    ttft, gaps = itl_from_token_times(100.0, [100.5, 100.7, 101.0])
+    assert ttft == pytest.approx(0.5) and gaps == pytest.approx([0.2, 0.3])
+
+
+def test_aggregate_uses_vllm_field_names_and_formulas():
+    results = [
+        RequestResult("a", prompt_tokens=10, output_tokens=5, ttft=0.2, e2el=1.0, itl=[0.2, 0.2, 0.2, 0.2]),
+        RequestResult("b", prompt_tokens=20, output_tokens=1, ttft=0.4, e2el=0.4, itl=[]),
+        RequestResult("c", prompt_tokens=30, output_tokens=0, ttft=0, e2el=0, success=False, error="boom"),
+    ]
+    m = aggregate(results, duration_s=2.0)
+    assert (m["completed"], m["failed"]) == (2, 1)
+    assert (m["total_input_tokens"], m["total_output_tokens"]) == (30, 6)
+    assert m["request_throughput"] == 1.0 and m["output_throughput"] == 3.0 and m["total_token_throughput"] == 18.0
+    assert m["mean_ttft_ms"] == pytest.approx(300.0)
+    assert m["std_ttft_ms"] == pytest.approx(100.0)  # population std, as vLLM reports
+    assert m["mean_tpot_ms"] == pytest.approx(200.0)  # only "a" has more than one token
+    assert m["mean_itl_ms"] == pytest.approx(200.0) and m["p99_itl_ms"] == pytest.approx(200.0)
+    assert m["mean_e2el_ms"] == pytest.approx(700.0)
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    results = [
+        RequestResult("fast", 10, 11, ttft=0.1, e2el=1.1),  # tpot 100 ms
+        RequestResult("slow_first", 10, 11, ttft=0.9, e2el=1.9),  # tpot 100 ms, ttft too slow
+        RequestResult("one_token", 10, 1, ttft=0.2, e2el=0.2),  # tpot counts as 0, as in vLLM
+    ]
+    assert goodput(results, 1.0, {"ttft": 500, "tpot": 150}) == 2.0
+    assert goodput(results, 2.0, {"tpot": 50}) == 0.5
