@@ -20,6 +20,7 @@ wildcard_constraints:
 include: "workflow/rules/model.smk"
 include: "workflow/rules/workload.smk"
 include: "workflow/rules/offline.smk"
+include: "workflow/rules/allocator.smk"
 
 
 rule all:

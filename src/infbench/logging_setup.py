@@ -22,7 +22,7 @@ def rule_logging(log_path: str | os.PathLike):
     terminal = os.dup(2)
     sys.stdout.flush()
     sys.stderr.flush()
-    with open(log_path, "a", buffering=1) as log:
+    with open(log_path, "w", buffering=1) as log:
         # Redirect the file descriptors, not only sys.stdout: vLLM's engine and tqdm write
         # from C code and child processes, which inherit fds 1 and 2.
         saved = os.dup(1), os.dup(2)

@@ -44,4 +44,6 @@ def final_outputs():
             outputs.append(f"results/{name}/vllm_offline.json")
         if config["hf_baseline"]["enabled"] and config["vllm_offline"]["enabled"]:
             outputs.append(f"results/{name}/comparison.json")
+        if config["vllm_offline"]["enabled"]:
+            outputs.append(f"results/{name}/allocator.json")
     return outputs

@@ -1,0 +1,150 @@
+"""The allocator simulator: the study's numbers exactly, theory's invariants, random traces."""
+
+import random
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infbench.allocator import capacity_check, sharegpt_trace, study_reproduction
+from infbench.kvsim import (FirstFit, Strategy, TraceRequest, prefix_sharing_strategies, replay, slots_in_budget,
+                            standard_strategies, static_capacity)
+
+CONTIGUOUS_MAX = Strategy("contiguous_max_model_len", "contiguous", "max_model_len")
+PROMPT_PLUS_MAX = Strategy("contiguous_prompt_plus_max_tokens", "contiguous", "max_tokens")
+POW2 = Strategy("contiguous_pow2", "contiguous", "pow2")
+ORACLE = Strategy("contiguous_oracle", "contiguous", "oracle")
+
+
+def paged(size, share=False):
+    return Strategy(f"paged_{size}", "paged", block_size=size, share_prefix=share)
+
+
+def test_the_study_is_reproduced_exactly():
+    result = study_reproduction(kv_bytes_per_token=46_080, budget_bytes=1 << 30)
+    table = result["table"]
+    assert (table["contiguous_slots"], table["paged_slots"], table["used_slots"]) == (2560, 544, 519)
+    assert round(table["contiguous_utilisation"] * 100, 1) == 20.3
+    assert round(table["paged_utilisation"] * 100, 1) == 95.4
+    assert (table["contiguous_users"], table["paged_users"], table["ideal_users"]) == (19, 92, 97)
+    assert table["slots_saved"] == 2016 and round(table["reduction"], 1) == 4.7 and round(table["users_ratio"], 1) == 4.8
+    assert result["matches_study"] is True
+    # Admitting requests in order instead of dividing by an integer average:
+    assert result["by_admission"]["contiguous_users"] == 19 and result["by_admission"]["paged_users"] == 93
+
+
+def test_block_128_and_outputs_change_the_picture():
+    extensions = {(e["requests"], e["block_size"]): e for e in study_reproduction(46_080, 1 << 30)["extensions"]}
+    assert extensions[("prompts only (the study)", 128)]["paged_slots"] == 768  # 128+128+128+256+128
+    assert extensions[("with 50 output tokens each", 16)]["used_slots"] == 519 + 5 * 50
+
+
+def test_capacity_check_matches_vllm_formula():
+    facts = {"block_size": 128, "num_blocks": 364, "kv_capacity_tokens": 46_592,
+             "max_concurrency_at_max_model_len": 91.0, "max_model_len": 512}
+    assert capacity_check(23_040, 1 << 30, facts)["status"] == "pass"
+    assert capacity_check(46_080, 1 << 30, facts)["status"] == "fail"  # fp32 bytes would give 182 blocks
+
+
+def test_first_fit_coalesces_and_strands_memory():
+    space = FirstFit(100)
+    a, b, c = space.allocate(30), space.allocate(30), space.allocate(30)
+    assert (a, b, c) == (0, 30, 60) and space.free_total == 10
+    space.free(a, 30)
+    assert space.allocate(35) is None and space.free_total == 40  # 40 free, but no 35 in one piece
+    space.free(b, 30)
+    assert space.allocate(55) == 0  # the two holes merged
+
+
+def test_replay_categories_by_hand():
+    # One request, prompt 4, output 4, reserve 16 contiguous: 4 steps storing 5..8 tokens.
+    result = replay([TraceRequest(4, 4)], CONTIGUOUS_MAX, capacity_slots=16, max_model_len=16)
+    assert result.completed == 1 and result.steps == 4
+    assert result.slot_steps == {"token_states": 5 + 6 + 7 + 8, "reservation": 3 + 2 + 1 + 0,
+                                 "internal_fragmentation": 8 * 4, "external_fragmentation": 0}
+    paged4 = replay([TraceRequest(4, 4)], paged(4), capacity_slots=16, max_model_len=16)
+    assert paged4.slot_steps["token_states"] == 26 and paged4.slot_steps["internal_fragmentation"] == 3 + 2 + 1 + 0
+
+
+def test_shared_prefix_blocks_are_counted_once():
+    trace = [TraceRequest(64 + 8, 8, prefix_group=0, prefix_len=64) for _ in range(10)]
+    shared = static_capacity(trace, paged(16, share=True), 16 * 20, 256)
+    private = static_capacity(trace, paged(16), 16 * 20, 256)
+    assert private == 4  # 80 tokens = 5 blocks each, 20 blocks in all
+    assert shared == 16  # 4 shared blocks once, then 1 block (16 own tokens) each
+
+
+def test_ten_thousand_requests_in_seconds():
+    trace = sharegpt_trace(10_000, seed=0)
+    started = time.perf_counter()
+    result = replay(trace, paged(16), 50_000, 2048)
+    elapsed = time.perf_counter() - started
+    assert result.completed == 10_000
+    print(f"replayed 10,000 requests in {elapsed:.2f} s")
+
+
+traces = st.lists(
+    st.builds(lambda p, o, extra, arrival: TraceRequest(p, o, o + extra, arrival),
+              st.integers(1, 120), st.integers(1, 120), st.integers(0, 64), st.integers(0, 50)),
+    min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(trace=traces, budget=st.integers(256, 4096))
+def test_invariants_on_random_traces(trace, budget):
+    max_model_len = 512
+    for strategy in standard_strategies([8, 16, 32, 128]):
+        slots = slots_in_budget(strategy, budget * 64, 64)
+        result = replay(trace, strategy, slots, max_model_len)
+        steps = result.slot_steps
+        # Every request either completes or could never fit; nothing is lost.
+        assert result.completed + result.rejected == len(trace)
+        # used <= allocated, and every category is non-negative.
+        assert all(value >= 0 for value in steps.values())
+        for _, allocated, used, _, _ in result.timeline:
+            assert used <= allocated <= slots
+        if strategy.kind == "paged":
+            # Paged waste is below one block per live sequence at every step.
+            assert steps["internal_fragmentation"] <= result.running_steps * (strategy.block_size - 1)
+            assert steps["reservation"] == 0 and steps["external_fragmentation"] == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(trace=traces, budget=st.integers(512, 8192))
+def test_capacity_ordering_and_monotonicity(trace, budget):
+    max_model_len = 512
+    capacity = {s.name: static_capacity(trace, s, slots_in_budget(s, budget * 64, 64), max_model_len)
+                for s in standard_strategies([8, 16, 32, 128])}
+    assert capacity["contiguous_max_model_len"] <= capacity["contiguous_prompt_plus_max_tokens"] <= capacity["contiguous_oracle"]
+    assert capacity["contiguous_pow2"] <= capacity["contiguous_oracle"]
+    # A finer page never wastes more: each block size divides the next.
+    assert capacity["paged_8"] >= capacity["paged_16"] >= capacity["paged_32"] >= capacity["paged_128"]
+    # Capacity never decreases as the budget grows.
+    for strategy in (CONTIGUOUS_MAX, ORACLE, paged(16), paged(128)):
+        counts = [static_capacity(trace, strategy, slots_in_budget(strategy, b * 64, 64), max_model_len)
+                  for b in (budget, budget * 2, budget * 4)]
+        assert counts == sorted(counts)
+
+
+def test_prefix_sharing_never_needs_more_memory():
+    rng = random.Random(1)
+    trace = [TraceRequest(100 + rng.randrange(50), rng.randrange(1, 80), prefix_group=0, prefix_len=100) for _ in range(60)]
+    for plain, shared in zip(*[iter(prefix_sharing_strategies([16, 32]))] * 2):
+        assert static_capacity(trace, shared, 4096, 512) >= static_capacity(trace, plain, 4096, 512)
+        assert replay(trace, shared, 4096, 512).steps <= replay(trace, plain, 4096, 512).steps
+
+
+def test_allocator_rule_on_the_tiny_run(tiny_run):
+    from infbench.artifacts import read_json, validate
+
+    analysis = read_json(tiny_run / "results/tiny/allocator.json")
+    validate(analysis, "allocator")
+    assert analysis["study"]["matches_study"] is True
+    check = analysis["capacity_check"]
+    assert check["status"] == "pass", check
+    engine = read_json(tiny_run / "results/tiny/vllm_offline.json")["engine_facts"]
+    assert check["predicted"]["num_blocks"] == engine["num_blocks"]
+    assert check["predicted"]["kv_capacity_tokens"] == engine["kv_capacity_tokens"]
+    assert {t["name"] for t in analysis["traces"]} == {"workload", "workload_shared_prefix", "sharegpt_like"}
+    assert analysis["live_validation"]["status"] in ("pending", "pass", "warn")

@@ -1,0 +1,22 @@
+rule allocator:
+    """KV-cache allocator analysis: the study's arithmetic, the simulator, vLLM's own pool."""
+    output:
+        "results/{model}/allocator.json",
+    input:
+        facts="resources/models/{model}/model.json",
+        workload="results/{model}/workload.jsonl",
+        vllm="results/{model}/vllm_offline.json",
+        code=package_modules("allocator", "kvsim", "logging_setup", "study", "workload"),
+    params:
+        allocator=config["allocator"],
+        dtype=DTYPE,
+        kv_cache_gib=config["engine"]["kv_cache_gib"],
+        max_model_len=config["engine"]["max_model_len"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "allocator", "engine", "seed"),
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "logs/allocator/{model}.log",
+    script:
+        "../../scripts/allocator.py"
