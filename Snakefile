@@ -21,6 +21,7 @@ include: "workflow/rules/model.smk"
 include: "workflow/rules/workload.smk"
 include: "workflow/rules/offline.smk"
 include: "workflow/rules/allocator.smk"
+include: "workflow/rules/serve.smk"
 
 
 rule all:

@@ -60,6 +60,9 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
                                            prompt_tokens={"mean": 24, "sigma": 0.5, "min": 4, "max": 64},
                                            output_tokens={"mean": 12, "sigma": 0.5, "min": 4, "max": 24})
     config["benchmark"].update(warmup_runs=1, repeats=2, study_max_new_tokens=[16], batch_sizes=[2])
+    config["server"].update(warm_requests=2, startup_timeout_s=240)
+    config["load"].update(concurrency=[1, 4], request_rates=[4.0], requests_per_level=8)
+    config["allocator"].update(sharegpt_requests=200)
     for section, values in overrides.items():
         config[section].update(values)
     return config

@@ -25,20 +25,22 @@ def cpu_list(cpus: list[int]) -> str:
     return ",".join(map(str, cpus))
 
 
+def engine_env(threads: int, device: str) -> dict:
+    """Environment for an engine process: thread counts, and on CPU the cores vLLM binds its
+    OpenMP threads to (its default `auto` may reserve a core, giving vLLM fewer threads than HF)."""
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if device == "cpu":
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(bound_cpus(threads))
+    return env
+
+
 def pin_process(threads: int, device: str) -> list[int]:
     """Pin this process (and what it spawns) to the benchmark CPUs and set the thread counts.
-
-    Must run before torch creates its thread pool. vLLM's CPU backend binds its OpenMP
-    threads itself from VLLM_CPU_OMP_THREADS_BIND; its default `auto` may reserve a core,
-    which would give vLLM fewer threads than HF.
-    """
+    Must run before torch creates its thread pool."""
     cpus = bound_cpus(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
-    if device == "cpu":
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(cpus)
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, cpus)
+    os.environ.update(engine_env(threads, device))
+    if device == "cpu" and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
     return cpus
 
 

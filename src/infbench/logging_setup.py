@@ -29,6 +29,8 @@ def rule_logging(log_path: str | os.PathLike):
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
+        for chatty in ("httpx", "httpx2", "openai"):  # one line per HTTP request
+            logging.getLogger(chatty).setLevel(logging.WARNING)
         try:
             yield
         except BaseException as error:

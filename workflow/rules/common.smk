@@ -46,4 +46,6 @@ def final_outputs():
             outputs.append(f"results/{name}/comparison.json")
         if config["vllm_offline"]["enabled"]:
             outputs.append(f"results/{name}/allocator.json")
+        if config["server"]["enabled"]:
+            outputs += [f"results/{name}/server.json", f"results/{name}/load.json"]
     return outputs

@@ -1,0 +1,161 @@
+"""Load generation against an OpenAI-compatible server with the `openai` client.
+
+Timing follows vLLM's benchmark client exactly (vllm/benchmarks/lib/endpoint_request_func.py):
+TTFT is the arrival of the first streamed chunk that carries a choice (its text may be
+empty), each later such chunk adds an ITL gap, E2E latency ends at the last such chunk,
+and the output token count is the server's `usage` (requested in the stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import openai
+from prometheus_client.parser import text_string_to_metric_families
+
+from infbench.metrics import RequestResult
+
+# Server metrics kept in the time series (vLLM 0.32 names).
+GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+COUNTERS = ("vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+
+
+@dataclass
+class LoadRequest:
+    id: str
+    prompt: str
+    prompt_tokens: int
+    max_tokens: int
+
+
+@dataclass
+class StreamedResult:
+    result: RequestResult
+    text: str
+    sent_at: float  # perf_counter when the request was sent
+
+
+async def stream_completion(client: openai.AsyncOpenAI, model: str, request: LoadRequest, seed: int) -> StreamedResult:
+    """One streamed completion, greedy, exactly `max_tokens` long (ignore_eos)."""
+    started = time.perf_counter()
+    first, latest, itl, text, output_tokens, prompt_tokens = None, started, [], [], None, request.prompt_tokens
+    try:
+        stream = await client.completions.create(
+            model=model, prompt=request.prompt, max_tokens=request.max_tokens, temperature=0.0, seed=seed,
+            stream=True, stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True, "min_tokens": request.max_tokens},
+        )
+        async for chunk in stream:
+            if chunk.choices:
+                now = time.perf_counter()
+                if first is None:
+                    first = now
+                else:
+                    itl.append(now - latest)
+                latest = now
+                text.append(chunk.choices[0].text or "")
+            elif chunk.usage is not None:
+                output_tokens = chunk.usage.completion_tokens
+                prompt_tokens = chunk.usage.prompt_tokens or prompt_tokens
+        if first is None:
+            raise RuntimeError("never received a chunk with a choice")
+        result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
+    except Exception as error:  # a failed request is data: counted, not fatal
+        result = RequestResult(request.id, prompt_tokens, 0, 0.0, 0.0, [], success=False,
+                               error=f"{type(error).__name__}: {error}")
+    return StreamedResult(result, "".join(text), started)
+
+
+@dataclass
+class MetricsSeries:
+    samples: list[dict] = field(default_factory=list)  # {t, <metric>: value}
+
+    def first_last(self, name: str) -> tuple[float, float]:
+        values = [s[name] for s in self.samples if name in s]
+        return (values[0], values[-1]) if values else (0.0, 0.0)
+
+    def peak(self, name: str) -> float:
+        return max((s[name] for s in self.samples if name in s), default=0.0)
+
+
+def parse_metrics(text: str) -> dict:
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            counter = sample.name.endswith("_total") and sample.name.removesuffix("_total") in COUNTERS
+            if sample.name in GAUGES or counter:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+async def scrape_metrics(base_url: str, interval_s: float, series: MetricsSeries, started: float, stop: asyncio.Event):
+    async with httpx.AsyncClient(base_url=base_url, timeout=2.0) as client:
+        while True:
+            try:
+                response = await client.get("/metrics")
+                series.samples.append({"t": time.perf_counter() - started, **parse_metrics(response.text)})
+            except httpx.HTTPError:
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+                return
+            except asyncio.TimeoutError:
+                continue
+
+
+@dataclass
+class LevelRun:
+    results: list[StreamedResult]
+    duration_s: float
+    metrics: MetricsSeries
+    client_cpu_s: float
+    scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
+
+
+async def run_level(base_url: str, model: str, requests: list[LoadRequest], *, concurrency: int | None,
+                    request_rate: float | None, seed: int, interval_s: float, timeout_s: float) -> LevelRun:
+    """Closed loop (`concurrency` requests in flight) or open loop (Poisson `request_rate`)."""
+    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="not-needed", max_retries=0, timeout=timeout_s)
+    series, stop = MetricsSeries(), asyncio.Event()
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    scraper = asyncio.create_task(scrape_metrics(base_url, interval_s, series, started, stop))
+    scheduled: list[float] = []
+    try:
+        if request_rate is None:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def limited(request):
+                async with gate:
+                    return await stream_completion(client, model, request, seed)
+
+            results = await asyncio.gather(*(limited(r) for r in requests))
+        else:
+            rng = random.Random(seed)
+            offset = 0.0
+            for _ in requests:
+                offset += rng.expovariate(request_rate)
+                scheduled.append(offset)
+
+            async def at(request, when):
+                await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
+                return await stream_completion(client, model, request, seed)
+
+            results = await asyncio.gather(*(at(r, w) for r, w in zip(requests, scheduled)))
+        duration = time.perf_counter() - started
+    finally:
+        stop.set()
+        await scraper
+        await client.close()
+    return LevelRun(list(results), duration, series, time.process_time() - cpu_started, scheduled)
+
+
+def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:
+    """`count` requests from the workload, in order, repeated as needed."""
+    return [LoadRequest(f"{workload[i % len(workload)]['id']}#{i}", workload[i % len(workload)]["prompt"],
+                        workload[i % len(workload)]["prompt_tokens"], workload[i % len(workload)]["max_tokens"])
+            for i in range(count)]

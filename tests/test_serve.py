@@ -1,0 +1,188 @@
+"""The serving stage with a real vLLM server and the real openai client, and its failures:
+every one ends with a clear error, no process left in the server's group, no port bound."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, snakemake, tiny_config, write_config
+from infbench.artifacts import read_json, validate
+from infbench.engines import engine_env, vllm_engine_args
+from infbench.server import ServerError, VLLMServer, port_is_free
+
+VLLM_FIELDS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+               "output_throughput", "total_token_throughput", "max_concurrency", "request_rate",
+               *(f"{stat}_{metric}_ms" for stat in ("mean", "median", "std", "p99")
+                 for metric in ("ttft", "tpot", "itl", "e2el")))
+
+
+def processes() -> list[tuple[int, int, str, str]]:
+    """(pid, process group, state, command line) of every process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found.append((int(entry.name), int(fields[2]), fields[0], cmdline))
+    return found
+
+
+def server_group(port: str) -> int:
+    """The process group of the API server listening on `port` (it leads its own group)."""
+    leaders = [pgid for pid, pgid, state, cmd in processes() if "api_server" in cmd and f"--port {port} " in cmd + " "]
+    assert leaders, f"no vLLM server on port {port}"
+    return leaders[0]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of the group: the API server and its engine core."""
+    return [pid for pid, group, state, _ in processes() if group == pgid and state != "Z"]
+
+
+def wait_gone(pgid: int, timeout_s: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and group_members(pgid):
+        time.sleep(0.5)
+    return group_members(pgid)
+
+
+def wait_for_line(path: Path, pattern: str, timeout_s: float = 300) -> re.Match:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and (match := re.search(pattern, path.read_text(errors="replace"))):
+            return match
+        time.sleep(0.5)
+    raise AssertionError(f"{pattern!r} never appeared in {path}")
+
+
+def test_serve_artifacts(tiny_run):
+    server, load = read_json(tiny_run / "results/tiny/server.json"), read_json(tiny_run / "results/tiny/load.json")
+    validate(server, "server")
+    validate(load, "load")
+    assert server["host"] == "127.0.0.1" and server["startup_s"] > 0
+    assert server["kv"]["num_blocks"] == read_json(tiny_run / "results/tiny/vllm_offline.json")["engine_facts"]["num_blocks"]
+    study = server["study_request"]
+    assert study["cold"]["prompt_tokens"] == 7 and study["cold"]["completion_tokens"] == 50  # as in the study
+    assert len(study["warm"]) == 2
+    levels = {(level["mode"], level["max_concurrency"], level["request_rate"]): level for level in load["levels"]}
+    assert set(levels) == {("concurrency", 1, "inf"), ("concurrency", 4, "inf"), ("request_rate", None, 4.0)}
+    for level in load["levels"]:
+        assert all(field in level for field in VLLM_FIELDS)
+        assert level["completed"] == 8 and level["failed"] == 0
+        assert {c["name"] for c in level["checks"]} >= {"failed_requests", "short_outputs", "usage_vs_retokenized",
+                                                        "client_cpu", "prefix_cache_hit_rate"}
+        assert not [c for c in level["checks"] if c["status"] == "fail"]
+        assert any("vllm:kv_cache_usage_perc" in sample for sample in level["metrics_series"])
+        for request in level["requests"]:
+            assert request["success"] and request["ttft"] <= request["e2el"]
+            assert len(request["itl"]) == request["output_tokens"] - 1
+    assert levels[("concurrency", 4, "inf")]["peak_num_requests_running"] >= 2
+    port = server["command"][server["command"].index("--port") + 1]
+    assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], \
+        "the server outlived its rule"
+
+
+def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
+    args = vllm_engine_args(tmp_path / "no-such-model", "float32", default_config["engine"], 0, "cpu")
+    server = VLLMServer(args, "missing", tmp_path / "server.log", env=engine_env(2, "cpu"), startup_timeout_s=180)
+    started = time.monotonic()
+    with pytest.raises(ServerError) as caught:
+        server.start()
+    assert time.monotonic() - started < 180
+    assert "exited with code" in str(caught.value) and "server.log" in str(caught.value)
+    assert not group_members(server.process.pid)
+    assert port_is_free(server.port)
+
+
+def test_port_in_use_is_refused_before_starting(tmp_path, tiny_model, default_config):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = vllm_engine_args(tiny_model, "float32", default_config["engine"], 0, "cpu")
+        server = VLLMServer(args, "tiny", tmp_path / "server.log", port=port, startup_timeout_s=60)
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
+            server.start()
+        assert server.process is None
+
+
+def serve_workdir(tmp_path, tiny_model, requests_per_level=8) -> Path:
+    config = tiny_config(tiny_model, load={"concurrency": [4], "request_rates": [],
+                                           "requests_per_level": requests_per_level})
+    write_config(tmp_path, config)
+    snakemake(tmp_path, "--cores", "2", "results/tiny/workload.jsonl")
+    return tmp_path
+
+
+def start_snakemake(workdir: Path, target: str) -> subprocess.Popen:
+    command = [str(Path(sys.executable).parent / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
+               "--directory", str(workdir), "--cores", "2", target]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_server_killed_mid_level_fails_the_rule_and_counts_failures(tmp_path, tiny_model):
+    workdir = serve_workdir(tmp_path, tiny_model, requests_per_level=2000)
+    run = start_snakemake(workdir, "results/tiny/load.json")
+    log = workdir / "logs/serve/tiny.log"
+    port = wait_for_line(log, r"server ready on http://127\.0\.0\.1:(\d+)").group(1)
+    wait_for_line(log, r"study request")
+    time.sleep(2)  # well inside the level
+    pgid = server_group(port)
+    assert len(group_members(pgid)) >= 2  # the API server and its engine core
+    os.kill(pgid, signal.SIGKILL)  # the API server only; its engine core is orphaned
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode != 0
+    assert re.search(r"died during the load level concurrency 4: \d+ of 2000 requests failed", stderr + stdout)
+    assert not wait_gone(pgid, 30), "processes of the killed server survived"
+    assert port_is_free(int(port))
+    assert not (workdir / "results/tiny/load.json").exists()
+
+
+def rule_script_pid(workdir: Path) -> int:
+    """The Python process running the serve rule's script for this working directory."""
+    for pid, _, state, cmd in processes():
+        if "serve.py" in cmd and ".snakemake/scripts" in cmd and state != "Z":
+            if Path(f"/proc/{pid}/cwd").resolve() == workdir.resolve():
+                return pid
+    raise AssertionError("no serve script process")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm-to-job", "sigterm-to-snakemake"])
+def test_interrupting_stops_the_server(tmp_path, tiny_model, how):
+    """Ctrl-C stops the job; SIGTERM to the job (a scheduler's kill) unwinds through the
+    server's stop; SIGTERM to Snakemake lets running jobs finish (Snakemake's graceful
+    exit), after which the rule stops its server. Never an orphan, never a bound port."""
+    graceful = how == "sigterm-to-snakemake"
+    workdir = serve_workdir(tmp_path, tiny_model, requests_per_level=16 if graceful else 2000)
+    run = start_snakemake(workdir, "results/tiny/load.json")
+    log = workdir / "logs/serve/tiny.log"
+    port = wait_for_line(log, r"server ready on http://127\.0\.0\.1:(\d+)").group(1)
+    pgid = server_group(port)
+    if how == "ctrl-c":
+        os.killpg(run.pid, signal.SIGINT)  # the terminal signals the whole foreground group
+    elif how == "sigterm-to-job":
+        os.kill(rule_script_pid(workdir), signal.SIGTERM)
+    else:
+        run.send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=300)
+    assert not wait_gone(pgid, 60), f"server survived {how}"
+    assert port_is_free(int(port))
+    load = workdir / "results/tiny/load.json"
+    if graceful:
+        validate(read_json(load), "load")
+    else:
+        assert run.returncode != 0 and not load.exists()
+    if how == "sigterm-to-job":
+        assert "interrupted" in stderr + stdout
