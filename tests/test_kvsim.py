@@ -148,3 +148,15 @@ def test_allocator_rule_on_the_tiny_run(tiny_run):
     assert check["predicted"]["kv_capacity_tokens"] == engine["kv_capacity_tokens"]
     assert {t["name"] for t in analysis["traces"]} == {"workload", "workload_shared_prefix", "sharegpt_like"}
     assert analysis["live_validation"]["status"] in ("pending", "pass", "warn")
+
+
+def test_live_validation_against_the_server(tiny_run):
+    from infbench.artifacts import read_json
+
+    live = read_json(tiny_run / "results/tiny/allocator.json")["live_validation"]
+    assert live["status"] in ("pass", "warn"), live
+    assert {level["max_concurrency"] for level in live["levels"]} == {1, 4}
+    for level in live["levels"]:
+        assert level["predicted_peak"] > 0 and level["scraped_peak"] > 0
+        # The prediction is a peak; a scrape can only miss it (read lower), never exceed it much.
+        assert level["scraped_peak"] <= level["predicted_peak"] + 0.02

@@ -185,6 +185,7 @@ class ReplayResult:
     rejected: int = 0  # requests larger than the whole budget
     preemptions: int = 0
     peak_running: int = 0
+    peak_allocated: int = 0  # slots
     running_steps: int = 0  # sum over steps of the running count
     slot_steps: dict = field(default_factory=lambda: dict.fromkeys(
         ("token_states", "reservation", "internal_fragmentation", "external_fragmentation"), 0))
@@ -201,7 +202,9 @@ class ReplayResult:
 
 
 def replay(trace: list[TraceRequest], strategy: Strategy, capacity_slots: int, max_model_len: int,
-           timeline_points: int = 200) -> ReplayResult:
+           timeline_points: int = 200, max_running: int | None = None) -> ReplayResult:
+    """Replay `trace`; `max_running` caps concurrent sequences (a client's concurrency, or the
+    engine's max_num_seqs)."""
     result = ReplayResult(strategy.name, capacity_slots)
     pending = deque(sorted(range(len(trace)), key=lambda i: trace[i].arrival))
     waiting: deque[int] = deque()
@@ -263,6 +266,8 @@ def replay(trace: list[TraceRequest], strategy: Strategy, capacity_slots: int, m
             if peak_slots(strategy, head, max_model_len, set()) > capacity_slots:
                 waiting.popleft()  # could never run, whatever else is freed
                 result.rejected += 1
+            elif max_running is not None and len(running) >= max_running:
+                break
             elif admit(waiting[0]):
                 waiting.popleft()
             else:
@@ -306,6 +311,7 @@ def replay(trace: list[TraceRequest], strategy: Strategy, capacity_slots: int, m
             result.slot_steps[key] += value
         result.running_steps += len(running)
         result.peak_running = max(result.peak_running, len(running))
+        result.peak_allocated = max(result.peak_allocated, allocated)
         if step % sample_every == 0:
             result.timeline.append((step, allocated, used, len(running), len(waiting)))
         # Finished sequences free their memory.

@@ -6,6 +6,8 @@ rule allocator:
         facts="resources/models/{model}/model.json",
         workload="results/{model}/workload.jsonl",
         vllm="results/{model}/vllm_offline.json",
+        # The live check compares with the server's scraped KV usage, when the server runs.
+        **server_outputs(),
         code=package_modules("allocator", "kvsim", "logging_setup", "study", "workload"),
     params:
         allocator=config["allocator"],

@@ -34,6 +34,13 @@ def stage_config(wildcards, *sections):
     return record
 
 
+def server_outputs():
+    """Named inputs for rules that use the server's results when the server stage is on."""
+    if not config["server"]["enabled"]:
+        return {}
+    return {"server": "results/{model}/server.json", "load": "results/{model}/load.json"}
+
+
 def final_outputs():
     outputs = []
     for name in MODELS:
