@@ -22,6 +22,7 @@ include: "workflow/rules/workload.smk"
 include: "workflow/rules/offline.smk"
 include: "workflow/rules/allocator.smk"
 include: "workflow/rules/serve.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

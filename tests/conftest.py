@@ -63,6 +63,7 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
     config["server"].update(warm_requests=2, startup_timeout_s=240)
     config["load"].update(concurrency=[1, 4], request_rates=[4.0], requests_per_level=8)
     config["allocator"].update(sharegpt_requests=200)
+    config["tuning"].update(enabled=True, grid={"max_num_seqs": [2, 8]}, requests=8, concurrency=8)
     for section, values in overrides.items():
         config[section].update(values)
     return config

@@ -55,7 +55,7 @@ def write_json(path: str | Path, data: dict, schema_name: str | None = None) -> 
     data = _finite(data)
     if schema_name:
         validate(data, schema_name)
-    _write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def write_jsonl(path: str | Path, rows: list[dict], schema_name: str | None = None) -> None:
@@ -64,10 +64,10 @@ def write_jsonl(path: str | Path, rows: list[dict], schema_name: str | None = No
     if schema_name:
         for row in rows:
             validate(row, schema_name)
-    _write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
+    write_text_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
-def _write_atomic(path: str | Path, text: str) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -41,18 +41,32 @@ def server_outputs():
     return {"server": "results/{model}/server.json", "load": "results/{model}/load.json"}
 
 
+def stage_artifacts(name):
+    """The JSON artifacts of one model that the configured stages produce."""
+    artifacts = [f"resources/models/{name}/model.json"]
+    if config["hf_baseline"]["enabled"]:
+        artifacts.append(f"results/{name}/hf_baseline.json")
+    if config["vllm_offline"]["enabled"]:
+        artifacts += [f"results/{name}/vllm_offline.json", f"results/{name}/allocator.json"]
+    if config["hf_baseline"]["enabled"] and config["vllm_offline"]["enabled"]:
+        artifacts.append(f"results/{name}/comparison.json")
+    if config["server"]["enabled"]:
+        artifacts += [f"results/{name}/server.json", f"results/{name}/load.json"]
+    if config["tuning"]["enabled"]:
+        artifacts.append(f"results/{name}/tuning.json")
+    return artifacts
+
+
+def report_artifacts():
+    return [path for name in MODELS for path in stage_artifacts(name)]
+
+
+def report_benchmarks():
+    """Snakemake's run-time records of the measuring rules, shown in the report's provenance."""
+    rules = [("hf_baseline", "hf_baseline"), ("vllm_offline", "vllm_offline"), ("server", "serve"), ("tuning", "tuning")]
+    return [f"benchmarks/{name}/{rule}.tsv" for name in MODELS for section, rule in rules
+            if config[section]["enabled"]]
+
+
 def final_outputs():
-    outputs = []
-    for name in MODELS:
-        outputs += [f"resources/models/{name}/model.json", f"results/{name}/workload.jsonl"]
-        if config["hf_baseline"]["enabled"]:
-            outputs.append(f"results/{name}/hf_baseline.json")
-        if config["vllm_offline"]["enabled"]:
-            outputs.append(f"results/{name}/vllm_offline.json")
-        if config["hf_baseline"]["enabled"] and config["vllm_offline"]["enabled"]:
-            outputs.append(f"results/{name}/comparison.json")
-        if config["vllm_offline"]["enabled"]:
-            outputs.append(f"results/{name}/allocator.json")
-        if config["server"]["enabled"]:
-            outputs += [f"results/{name}/server.json", f"results/{name}/load.json"]
-    return outputs
+    return [f"results/{name}/workload.jsonl" for name in MODELS] + report_artifacts() + ["results/report.html"]
