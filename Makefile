@@ -26,6 +26,7 @@ dry-run: setup
 	snakemake --cores $(CORES) --dry-run
 
 test: setup
+	bash scripts/setup-test-system.sh
 	python -m pytest
 
 # Re-resolve the pinned environment from envs/requirements-cpu.in (needs the package index).

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from infbench.artifacts import read_json, write_text_atomic
+from infbench.artifacts import read_json, read_jsonl, write_text_atomic
 from infbench.logging_setup import rule_logging
 from infbench.report import build_context, render
 
@@ -10,7 +10,7 @@ with rule_logging(snakemake.log[0]):
     models = {}
     for path in map(Path, snakemake.input.artifacts):
         model = path.parts[-2]
-        models.setdefault(model, {})[path.stem] = read_json(path)
+        models.setdefault(model, {})[path.stem] = read_jsonl(path) if path.suffix == ".jsonl" else read_json(path)
     ordered = {name: models[name] for name in snakemake.params.models}
     html = render(build_context(ordered, snakemake.params.config, list(snakemake.input.benchmarks)))
     write_text_atomic(snakemake.output[0], html)

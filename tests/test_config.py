@@ -82,3 +82,12 @@ def test_native_bf16_reads_cpu_flags(tmp_path):
     assert not native_bf16_cpu(str(tmp_path / "avx2"))
     assert native_bf16_cpu(str(tmp_path / "bf16"))
     assert not native_bf16_cpu(str(tmp_path / "missing"))
+
+
+def test_canonical_sorts_keys_at_every_depth():
+    from infbench.config import canonical
+
+    value = {"b": 1, "a": {"d": [{"z": 1, "y": 2}], "c": 0}}
+    result = canonical(value)
+    assert list(result) == ["a", "b"] and list(result["a"]) == ["c", "d"] and list(result["a"]["d"][0]) == ["y", "z"]
+    assert result == value

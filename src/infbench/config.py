@@ -148,6 +148,15 @@ def validate_config(config: Any, base_dir: Path) -> dict:
     return config
 
 
+def canonical(value):
+    """The same value with every mapping's keys in sorted order (lists keep their order)."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
 def native_bf16_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     try:
         flags = Path(cpuinfo_path).read_text()

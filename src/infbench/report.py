@@ -312,12 +312,22 @@ def read_benchmarks(paths: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def workload_section(workload: list[dict] | None) -> dict | None:
+    if not workload:
+        return None
+    frame = pd.DataFrame(workload)
+    return {"count": len(frame), "prompt_tokens": frame["prompt_tokens"].describe().to_dict(),
+            "max_tokens": frame["max_tokens"].describe().to_dict(),
+            "table": frame[["id", "kind", "prompt_tokens", "max_tokens", "prompt"]]}
+
+
 def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) -> dict:
     sections, checks, overview = [], [], []
     for model, artifacts in models.items():
         offline = offline_section(artifacts.get("hf_baseline"), artifacts.get("vllm_offline"), artifacts.get("comparison"))
         serving = serving_section(artifacts.get("server"), artifacts.get("load"), artifacts.get("tuning"))
         sections.append({"model": model, "facts": artifacts["model"], "offline": offline,
+                         "workload": workload_section(artifacts.get("workload")),
                          "allocator": allocator_section(artifacts.get("allocator")), "serving": serving,
                          "provenance": next((artifacts[k]["provenance"] for k in ("vllm_offline", "hf_baseline", "load")
                                              if artifacts.get(k)), None)})

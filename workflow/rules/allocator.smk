@@ -1,7 +1,12 @@
 rule allocator:
     """KV-cache allocator analysis: the study's arithmetic, the simulator, vLLM's own pool."""
     output:
-        "results/{model}/allocator.json",
+        report(
+            "results/{model}/allocator.json",
+            category="3-4 KV-cache allocation",
+            subcategory="{model}",
+            caption="../../report/captions/allocator.rst",
+        ),
     input:
         facts="resources/models/{model}/model.json",
         workload="results/{model}/workload.jsonl",

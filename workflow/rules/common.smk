@@ -5,13 +5,20 @@
 from pathlib import Path
 
 SRC_DIR = Path(workflow.basedir) / "src"
+REPORT_TEMPLATE = str(Path(workflow.basedir) / "report" / "report.html.j2")
 
-from infbench.config import ConfigError, resolve_dtype, validate_config
+from infbench.config import ConfigError, canonical, resolve_dtype, validate_config
 
 try:
     validate_config(config, Path(workflow.basedir))
 except ConfigError as error:
     raise WorkflowError(f"{error}. Edit config/config.yaml (see config/README.md).") from None
+
+# Snakemake compares params by their printed form: sort every mapping's keys so that
+# reordering keys in a config file does not rerun anything.
+_canonical = canonical(config)
+config.clear()
+config.update(_canonical)
 
 MODELS = {model["name"]: model for model in config["models"]}
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
@@ -43,7 +50,7 @@ def server_outputs():
 
 def stage_artifacts(name):
     """The JSON artifacts of one model that the configured stages produce."""
-    artifacts = [f"resources/models/{name}/model.json"]
+    artifacts = [f"resources/models/{name}/model.json", f"results/{name}/workload.jsonl"]
     if config["hf_baseline"]["enabled"]:
         artifacts.append(f"results/{name}/hf_baseline.json")
     if config["vllm_offline"]["enabled"]:
@@ -69,4 +76,4 @@ def report_benchmarks():
 
 
 def final_outputs():
-    return [f"results/{name}/workload.jsonl" for name in MODELS] + report_artifacts() + ["results/report.html"]
+    return report_artifacts() + ["results/report.html"]

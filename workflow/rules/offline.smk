@@ -5,7 +5,12 @@
 rule hf_baseline:
     """Transformers generate(): the study's request, the workload one at a time, static batches."""
     output:
-        "results/{model}/hf_baseline.json",
+        report(
+            "results/{model}/hf_baseline.json",
+            category="1-2 Offline baselines",
+            subcategory="{model}",
+            caption="../../report/captions/offline.rst",
+        ),
     input:
         facts="resources/models/{model}/model.json",
         workload="results/{model}/workload.jsonl",
@@ -33,7 +38,12 @@ rule hf_baseline:
 rule vllm_offline:
     """vllm.LLM: the same scenarios plus the whole workload at once (continuous batching)."""
     output:
-        "results/{model}/vllm_offline.json",
+        report(
+            "results/{model}/vllm_offline.json",
+            category="1-2 Offline baselines",
+            subcategory="{model}",
+            caption="../../report/captions/offline.rst",
+        ),
     input:
         facts="resources/models/{model}/model.json",
         workload="results/{model}/workload.jsonl",
@@ -62,7 +72,12 @@ rule vllm_offline:
 rule compare_offline:
     """vLLM / HF ratios with confidence intervals, greedy agreement, and the study's figures."""
     output:
-        "results/{model}/comparison.json",
+        report(
+            "results/{model}/comparison.json",
+            category="1-2 Offline baselines",
+            subcategory="{model}",
+            caption="../../report/captions/comparison.rst",
+        ),
     input:
         hf="results/{model}/hf_baseline.json",
         vllm="results/{model}/vllm_offline.json",

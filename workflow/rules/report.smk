@@ -9,7 +9,7 @@ rule report:
     input:
         artifacts=report_artifacts(),
         benchmarks=report_benchmarks(),
-        template="report/report.html.j2",
+        template=REPORT_TEMPLATE,
         code=package_modules("report", "study"),
     params:
         models=list(MODELS),

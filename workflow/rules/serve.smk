@@ -1,8 +1,18 @@
 rule serve:
     """vLLM's OpenAI-compatible server, started, measured under load, and stopped by this rule."""
     output:
-        server="results/{model}/server.json",
-        load="results/{model}/load.json",
+        server=report(
+            "results/{model}/server.json",
+            category="5 Server",
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+        load=report(
+            "results/{model}/load.json",
+            category="5 Server",
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
     input:
         facts="resources/models/{model}/model.json",
         workload="results/{model}/workload.jsonl",
@@ -34,7 +44,12 @@ rule serve:
 rule tuning:
     """A grid of server settings under a saturating load; each cell is its own server start."""
     output:
-        "results/{model}/tuning.json",
+        report(
+            "results/{model}/tuning.json",
+            category="5 Server",
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
     input:
         facts="resources/models/{model}/model.json",
         workload="results/{model}/workload.jsonl",
@@ -45,7 +60,8 @@ rule tuning:
         threads=config["hardware"]["threads"],
         engine=config["engine"],
         server=config["server"],
-        load=config["load"],
+        # Only what tuning uses, so a load-sweep change does not rerun the grid.
+        load={key: config["load"][key] for key in ("metrics_interval_s", "slo_ms")},
         tuning=config["tuning"],
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "tuning", "seed"),

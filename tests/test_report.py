@@ -1,0 +1,131 @@
+"""The report: every section with real numbers, safe rendering, a real browser, `snakemake
+--report`, and reruns that redo only what changed."""
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, snakemake, tiny_config, write_config
+from infbench.artifacts import read_json, read_jsonl
+from infbench.report import build_context, render
+
+SCREENSHOT_DIR = REPO / "test-output"
+ATTACK = "<script>alert(1)</script>"
+
+
+def load_artifacts(workdir: Path) -> dict:
+    artifacts = {"model": read_json(workdir / "resources/models/tiny/model.json"),
+                 "workload": read_jsonl(workdir / "results/tiny/workload.jsonl")}
+    for path in (workdir / "results/tiny").glob("*.json"):
+        artifacts[path.stem] = read_json(path)
+    return artifacts
+
+
+def jobs_of(dry_run_stdout: str) -> set[str]:
+    return set(re.findall(r"^rule (\w+):", dry_run_stdout, flags=re.M)) - {"all"}
+
+
+def test_report_has_every_section_with_numbers(tiny_run):
+    html = (tiny_run / "results/report.html").read_text()
+    for heading in ("Validity checks", "Overview", "1–2. Hugging Face baseline and vLLM offline",
+                    "3. The KV-cache problem", "4. Paging: what the study left out",
+                    "5. The OpenAI-compatible server under load", "Tuning grid", "Provenance"):
+        assert heading in html, heading
+    assert "reproduced exactly" in html and "The study's figures" in html
+    images = re.findall(r'<img src="(data:image/png;base64,[^"]+)"', html)
+    assert len(images) >= 7
+    assert "http://" not in html.replace("http://127.0.0.1", "") and "<link" not in html  # nothing to fetch
+    assert re.search(r"vLLM/HF tok/s, workload_continuous vs workload_sequential</td><td class=\"text\">\d+\.\d\d×", html)
+
+
+def test_unsafe_text_is_escaped(tiny_run, tmp_path):
+    artifacts = load_artifacts(tiny_run)
+    artifacts["workload"][0]["prompt"] = ATTACK
+    artifacts["server"]["study_request"]["cold"]["text"] = ATTACK
+    html = render(build_context({"tiny": artifacts}, {"note": ATTACK}, []))
+    assert ATTACK not in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
+    (tmp_path / "attack.html").write_text(html)
+    dialogs, errors = open_in_browser(tmp_path / "attack.html", tmp_path / "attack.png")
+    assert dialogs == [] and errors == []
+
+
+def open_in_browser(page_path: Path, screenshot: Path) -> tuple[list, list]:
+    """Open a page in Debian's headless Chromium through Playwright; return (dialogs, console
+    errors) and keep a full-page screenshot."""
+    from playwright.sync_api import sync_playwright
+
+    dialogs, errors = [], []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(page_path.resolve().as_uri(), wait_until="load")
+        broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length")
+        if broken:
+            errors.append(f"{broken} image(s) did not load")
+        page.screenshot(path=str(screenshot), full_page=True)
+        browser.close()
+    return dialogs, errors
+
+
+def test_report_in_a_real_browser(tiny_run):
+    SCREENSHOT_DIR.mkdir(exist_ok=True)
+    screenshot = SCREENSHOT_DIR / "report.png"
+    dialogs, errors = open_in_browser(tiny_run / "results/report.html", screenshot)
+    assert errors == [] and dialogs == []
+    assert screenshot.stat().st_size > 50_000
+
+
+def test_snakemake_report_builds(tiny_run):
+    snakemake(tiny_run, "--report", "snakemake-report.html")
+    text = (tiny_run / "snakemake-report.html").read_text(errors="replace")
+    assert "report.html" in text and "load.json" in text
+
+
+def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
+    assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
+
+    config = tiny_config(tiny_model)
+    changed_load = json.loads(json.dumps(config))
+    changed_load["load"]["requests_per_level"] += 1
+    (tmp_path / "load.yaml").write_text(yaml.safe_dump(changed_load))
+    dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "load.yaml")).stdout
+    # The load jobs, the allocator (its live check reads load.json) and the report; nothing else.
+    assert jobs_of(dry) == {"serve", "allocator", "report"}
+
+    other_model = tmp_path / "tiny-copy"
+    shutil.copytree(tiny_model, other_model)
+    changed_model = json.loads(json.dumps(config))
+    changed_model["models"][0]["path"] = str(other_model)
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(changed_model))
+    dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "model.yaml")).stdout
+    assert jobs_of(dry) == {"model", "workload", "hf_baseline", "vllm_offline", "compare_offline", "allocator",
+                            "serve", "tuning", "report"}
+
+    # A touched template is not a change (Snakemake compares checksums); an edited one is.
+    template = REPO / "report" / "report.html.j2"
+    original = template.read_text()
+    os.utime(template)
+    assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
+    try:
+        template.write_text(original + "{# edited by the rerun test #}\n")
+        assert jobs_of(snakemake(tiny_run, "--cores", "8", "--dry-run").stdout) == {"report"}
+        started = time.monotonic()
+        snakemake(tiny_run, "--cores", "8")
+        print(f"report rule after a template change: {time.monotonic() - started:.1f} s")
+    finally:
+        template.write_text(original)
+    snakemake(tiny_run, "--cores", "8")  # back to the real template
+    assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
