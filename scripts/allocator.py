@@ -1,5 +1,6 @@
 """Rule `allocator`: simulate KV-cache allocation strategies -> allocator.json."""
 
+from pathlib import Path
 from infbench import provenance
 from infbench.allocator import analyse
 from infbench.artifacts import read_json, read_jsonl, write_json
@@ -10,7 +11,7 @@ with rule_logging(snakemake.log[0]):
     params = snakemake.params
     started = provenance.now_iso()
     analysis = analyse(read_jsonl(snakemake.input.workload), read_json(snakemake.input.vllm),
-                       read_json(snakemake.input.facts), params.dtype, kv_cache_bytes(params.kv_cache_gib),
+                       read_json(Path(snakemake.input.model) / "model.json"), params.dtype, kv_cache_bytes(params.kv_cache_gib),
                        params.max_model_len, params.allocator, params.seed,
                        load=read_json(snakemake.input.load) if snakemake.input.get("load") else None,
                        server=read_json(snakemake.input.server) if snakemake.input.get("server") else None)

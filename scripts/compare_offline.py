@@ -11,7 +11,7 @@ with rule_logging(snakemake.log[0]):
     params = snakemake.params
     pin_process(params.threads, params.device)
     hf, vllm = read_json(snakemake.input.hf), read_json(snakemake.input.vllm)
-    gaps = vllm_consistency_gaps(str(Path(snakemake.input.facts).parent), params.dtype,
+    gaps = vllm_consistency_gaps(str(Path(snakemake.input.model)), params.dtype,
                                  read_jsonl(snakemake.input.workload), vllm["greedy_outputs"])
     comparison = compare(hf, vllm, gaps, params.agreement_threshold)
     write_json(snakemake.output[0], comparison, schema_name="comparison")

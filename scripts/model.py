@@ -6,5 +6,4 @@ from infbench.logging_setup import rule_logging
 from infbench.models import resolve_model
 
 with rule_logging(snakemake.log[0]):
-    facts_path = Path(snakemake.output.facts)
-    resolve_model(snakemake.params.spec, facts_path.parent, Path(snakemake.params.download_dir))
+    resolve_model(snakemake.params.spec, Path(snakemake.output[0]), Path(snakemake.params.download_dir))

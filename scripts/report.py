@@ -9,6 +9,9 @@ from infbench.report import build_context, render
 with rule_logging(snakemake.log[0]):
     models = {}
     for path in map(Path, snakemake.input.artifacts):
+        if path.is_dir():  # a model folder: its facts
+            models.setdefault(path.name, {})["model"] = read_json(path / "model.json")
+            continue
         model = path.parts[-2]
         models.setdefault(model, {})[path.stem] = read_jsonl(path) if path.suffix == ".jsonl" else read_json(path)
     ordered = {name: models[name] for name in snakemake.params.models}

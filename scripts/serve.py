@@ -18,8 +18,8 @@ def main(snakemake):
     started = provenance.now_iso()
     from transformers import AutoTokenizer
 
-    model_dir = Path(snakemake.input.facts).parent
-    facts = read_json(snakemake.input.facts)
+    model_dir = Path(snakemake.input.model)
+    facts = read_json(Path(snakemake.input.model) / "model.json")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     workload = read_jsonl(snakemake.input.workload)
     engine_args = vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device)

@@ -16,8 +16,8 @@ def main(snakemake):
     started = provenance.now_iso()
     from transformers import AutoTokenizer
 
-    model_dir = Path(snakemake.input.facts).parent
-    facts = read_json(snakemake.input.facts)
+    model_dir = Path(snakemake.input.model)
+    facts = read_json(Path(snakemake.input.model) / "model.json")
     cells = run_tuning(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
                        facts["name"], engine_env(params.threads, params.device), snakemake.log.servers,
                        read_jsonl(snakemake.input.workload), params.tuning, params.server, params.load, params.seed,

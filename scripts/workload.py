@@ -9,7 +9,7 @@ from infbench.logging_setup import rule_logging
 from infbench.workload import build_workload
 
 with rule_logging(snakemake.log[0]):
-    tokenizer = AutoTokenizer.from_pretrained(Path(snakemake.input.facts).parent)
+    tokenizer = AutoTokenizer.from_pretrained(Path(snakemake.input.model))
     requests = build_workload(
         tokenizer,
         snakemake.params.workload,

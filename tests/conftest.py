@@ -79,6 +79,14 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 18
     return result
 
 
+def dry_run_jobs(stdout: str) -> dict[str, str]:
+    """Rule name -> its indented block (input, output, resources, ...) in a dry run's output."""
+    import re
+
+    return {match.group(1): match.group(2)
+            for match in re.finditer(r"^rule (\w+):\n((?:    .*\n?)*)", stdout, flags=re.M)}
+
+
 def write_config(workdir: Path, config: dict) -> Path:
     path = workdir / "config" / "config.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import REPO, snakemake
+from conftest import REPO, dry_run_jobs, snakemake
 from infbench.artifacts import read_json, read_jsonl, validate
 from infbench.compare import agreement_report, teacher_forced_gaps
 
@@ -97,13 +97,14 @@ def test_measuring_jobs_never_overlap(tiny_run, artifacts):
     """Under --cores 8 on a small machine, two measuring jobs at once would corrupt both.
     Each measuring rule takes the bench_slot resource that the default profile caps at 1,
     and the real run's measurement windows are disjoint."""
-    dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--forceall")
-    for rule in MEASURING_RULES:
-        block = dry.stdout.split(f"rule {rule}:")[1].split("\n\n")[0]
-        assert "bench_slot=1" in block, block
-    windows = sorted((datetime.fromisoformat(artifacts[name]["provenance"]["started"]),
-                      datetime.fromisoformat(artifacts[name]["provenance"]["finished"]), name)
-                     for name in MEASURING_RULES)
+    jobs = dry_run_jobs(snakemake(tiny_run, "--cores", "8", "--dry-run", "--forceall").stdout)
+    for rule in (*MEASURING_RULES, "serve", "tuning"):
+        assert "bench_slot=1" in jobs[rule], jobs[rule]
+    measured = {name: artifacts[name] for name in MEASURING_RULES}
+    measured.update({name: read_json(tiny_run / f"results/tiny/{name}.json") for name in ("load", "tuning")})
+    windows = sorted((datetime.fromisoformat(artifact["provenance"]["started"]),
+                      datetime.fromisoformat(artifact["provenance"]["finished"]), name)
+                     for name, artifact in measured.items())
     for (_, first_end, first), (second_start, _, second) in zip(windows, windows[1:]):
         assert first_end <= second_start, f"{first} and {second} overlapped"
 

@@ -29,7 +29,7 @@ def test_bad_config_stops_before_any_job(tmp_path):
 
 def test_tiny_model_through_model_and_workload(tmp_path, tiny_model):
     write_config(tmp_path, tiny_config(tiny_model))
-    snakemake(tmp_path, "--cores", "2", "resources/models/tiny/model.json", "results/tiny/workload.jsonl")
+    snakemake(tmp_path, "--cores", "2", "resources/models/tiny", "results/tiny/workload.jsonl")
     facts = json.loads((tmp_path / "resources/models/tiny/model.json").read_text())
     validate(facts, "model")
     assert facts["num_layers"] == 2 and facts["source"]["kind"] == "local"
@@ -40,5 +40,5 @@ def test_tiny_model_through_model_and_workload(tmp_path, tiny_model):
     assert all(r["prompt_tokens"] + r["max_tokens"] <= 256 for r in requests)
     assert (tmp_path / "logs/workload/tiny.log").read_text().strip()
     # Nothing changed: a second run has nothing to do.
-    assert "Nothing to be done" in snakemake(tmp_path, "--cores", "2", "resources/models/tiny/model.json",
+    assert "Nothing to be done" in snakemake(tmp_path, "--cores", "2", "resources/models/tiny",
                                              "results/tiny/workload.jsonl").stderr

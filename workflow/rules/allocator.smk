@@ -8,7 +8,7 @@ rule allocator:
             caption="../../report/captions/allocator.rst",
         ),
     input:
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         workload="results/{model}/workload.jsonl",
         vllm="results/{model}/vllm_offline.json",
         # The live check compares with the server's scraped KV usage, when the server runs.
@@ -22,7 +22,7 @@ rule allocator:
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "allocator", "engine", "seed"),
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         "logs/allocator/{model}.log",
     script:

@@ -21,6 +21,10 @@ config.clear()
 config.update(_canonical)
 
 MODELS = {model["name"]: model for model in config["models"]}
+# The software environment for `--software-deployment-method conda`, and the GPUs engine
+# rules request from a cluster scheduler (the SLURM executor maps `gpu` to --gpus).
+SOFTWARE_ENV = "../../envs/cuda.yaml" if config["hardware"]["device"] == "cuda" else "../../envs/cpu.yaml"
+GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
 
 
@@ -50,7 +54,7 @@ def server_outputs():
 
 def stage_artifacts(name):
     """The JSON artifacts of one model that the configured stages produce."""
-    artifacts = [f"resources/models/{name}/model.json", f"results/{name}/workload.jsonl"]
+    artifacts = [f"resources/models/{name}", f"results/{name}/workload.jsonl"]
     if config["hf_baseline"]["enabled"]:
         artifacts.append(f"results/{name}/hf_baseline.json")
     if config["vllm_offline"]["enabled"]:

@@ -1,7 +1,8 @@
 rule model:
-    """Resolve a configured model (embedded wheel, hub id or local folder) to a local HF folder."""
+    """Resolve a configured model (embedded wheel, hub id or local folder) to a local HF folder.
+    Its output is a pure function of the model spec: shareable through `snakemake --cache`."""
     output:
-        facts="resources/models/{model}/model.json",
+        directory("resources/models/{model}"),
     input:
         code=package_modules("models"),
     params:
@@ -11,7 +12,8 @@ rule model:
         # Conversion is CPU-heavy: it must not share the CPU with a measurement.
         bench_slot=1,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
+    cache: "omit-software"
     log:
         "logs/model/{model}.log",
     script:

@@ -12,7 +12,7 @@ rule hf_baseline:
             caption="../../report/captions/offline.rst",
         ),
     input:
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         workload="results/{model}/workload.jsonl",
         code=package_modules("engines", "hf_bench", "logging_setup", "metrics", "scenarios", "stats"),
     params:
@@ -25,8 +25,11 @@ rule hf_baseline:
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         "logs/hf_baseline/{model}.log",
     benchmark:
@@ -45,7 +48,7 @@ rule vllm_offline:
             caption="../../report/captions/offline.rst",
         ),
     input:
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         workload="results/{model}/workload.jsonl",
         code=package_modules("engines", "vllm_bench", "logging_setup", "metrics", "scenarios", "stats"),
     params:
@@ -59,8 +62,11 @@ rule vllm_offline:
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         "logs/vllm_offline/{model}.log",
     benchmark:
@@ -81,7 +87,7 @@ rule compare_offline:
     input:
         hf="results/{model}/hf_baseline.json",
         vllm="results/{model}/vllm_offline.json",
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         workload="results/{model}/workload.jsonl",
         code=package_modules("compare", "engines", "hf_bench", "logging_setup", "stats", "study"),
     params:
@@ -94,7 +100,7 @@ rule compare_offline:
         # It runs the model: it must not share the CPU with a measurement.
         bench_slot=1,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         "logs/compare_offline/{model}.log",
     script:

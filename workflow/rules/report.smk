@@ -15,7 +15,7 @@ rule report:
         models=list(MODELS),
         config=config,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         "logs/report.log",
     script:

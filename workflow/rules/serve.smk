@@ -14,7 +14,7 @@ rule serve:
             caption="../../report/captions/serving.rst",
         ),
     input:
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         workload="results/{model}/workload.jsonl",
         code=package_modules("engines", "loadgen", "logging_setup", "metrics", "server", "serving", "stats", "study",
                              "workload"),
@@ -30,8 +30,11 @@ rule serve:
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         rule="logs/serve/{model}.log",
         server="logs/serve/{model}.server.log",
@@ -51,7 +54,7 @@ rule tuning:
             caption="../../report/captions/serving.rst",
         ),
     input:
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         workload="results/{model}/workload.jsonl",
         code=package_modules("engines", "loadgen", "logging_setup", "metrics", "server", "serving", "stats"),
     params:
@@ -68,8 +71,11 @@ rule tuning:
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         rule="logs/tuning/{model}.log",
         servers=directory("logs/tuning/{model}.servers"),

@@ -3,7 +3,7 @@ rule workload:
     output:
         "results/{model}/workload.jsonl",
     input:
-        facts="resources/models/{model}/model.json",
+        model="resources/models/{model}",
         code=package_modules("workload"),
     params:
         workload=config["workload"],
@@ -11,7 +11,7 @@ rule workload:
         study_max_tokens=max(config["benchmark"]["study_max_new_tokens"]),
         seed=config["seed"],
     conda:
-        "../../envs/cpu.yaml"
+        SOFTWARE_ENV
     log:
         "logs/workload/{model}.log",
     script:
