@@ -15,10 +15,11 @@ with rule_logging(snakemake.log[0]):
 
     from infbench.hf_bench import HFRunner
 
-    facts = read_json(Path(snakemake.input.model) / "model.json")
+    model_dir = Path(snakemake.input.model)
+    facts = read_json(model_dir / "model.json")
     settings = fair_settings(params.dtype, params.threads, cpus, params.benchmark, params.seed,
                              prefix_caching=False)
-    runner = HFRunner(str(Path(snakemake.input.model)), params.dtype, params.threads)
+    runner = HFRunner(str(model_dir), params.dtype, params.threads)
     artifact = offline_artifact("hf", facts["name"], runner, read_jsonl(snakemake.input.workload), settings,
                                 facts["kv_bytes_per_token"][params.dtype])
     artifact["provenance"] = provenance.collect(params.provenance_config, params.threads, started, params.device)

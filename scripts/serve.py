@@ -19,7 +19,7 @@ def main(snakemake):
     from transformers import AutoTokenizer
 
     model_dir = Path(snakemake.input.model)
-    facts = read_json(Path(snakemake.input.model) / "model.json")
+    facts = read_json(model_dir / "model.json")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     workload = read_jsonl(snakemake.input.workload)
     engine_args = vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device)

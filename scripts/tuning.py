@@ -17,7 +17,7 @@ def main(snakemake):
     from transformers import AutoTokenizer
 
     model_dir = Path(snakemake.input.model)
-    facts = read_json(Path(snakemake.input.model) / "model.json")
+    facts = read_json(model_dir / "model.json")
     cells = run_tuning(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
                        facts["name"], engine_env(params.threads, params.device), snakemake.log.servers,
                        read_jsonl(snakemake.input.workload), params.tuning, params.server, params.load, params.seed,

@@ -16,8 +16,8 @@ def main(snakemake):
 
     from infbench.vllm_bench import VLLMRunner, engine_facts
 
-    facts = read_json(Path(snakemake.input.model) / "model.json")
     model_dir = Path(snakemake.input.model)
+    facts = read_json(model_dir / "model.json")
     runner = VLLMRunner(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device))
     settings = fair_settings(params.dtype, params.threads, cpus, params.benchmark, params.seed,
                              prefix_caching=params.engine["enable_prefix_caching"])

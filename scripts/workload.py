@@ -1,7 +1,5 @@
 """Rule `workload`: write results/{model}/workload.jsonl."""
 
-from pathlib import Path
-
 from transformers import AutoTokenizer
 
 from infbench.artifacts import write_jsonl
@@ -9,7 +7,7 @@ from infbench.logging_setup import rule_logging
 from infbench.workload import build_workload
 
 with rule_logging(snakemake.log[0]):
-    tokenizer = AutoTokenizer.from_pretrained(Path(snakemake.input.model))
+    tokenizer = AutoTokenizer.from_pretrained(snakemake.input.model)
     requests = build_workload(
         tokenizer,
         snakemake.params.workload,

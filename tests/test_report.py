@@ -129,3 +129,13 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
         template.write_text(original)
     snakemake(tiny_run, "--cores", "8")  # back to the real template
     assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
+
+
+def test_several_models_side_by_side(tiny_run):
+    artifacts = load_artifacts(tiny_run)
+    other = json.loads(json.dumps(artifacts))
+    other["model"]["name"] = "tiny-b"
+    html = render(build_context({"tiny": artifacts, "tiny-b": other}, {}, []))
+    overview = html.split('id="overview"')[1].split("</table>")[0]
+    assert "<th>tiny</th>" in overview and "<th>tiny-b</th>" in overview
+    assert 'id="model-tiny"' in html and 'id="model-tiny-b"' in html
