@@ -1,7 +1,6 @@
 """The config schema and semantic checks: accepted configs, and refusals that name the key,
 the bad value and what is allowed."""
 
-import copy
 
 import pytest
 

@@ -1,7 +1,6 @@
 """The `model` stage on the real embedded model: conversion, facts, and loading in both engines."""
 
 import json
-import os
 
 import pytest
 import torch

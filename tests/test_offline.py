@@ -1,14 +1,12 @@
 """HF baseline and vLLM offline on the tiny model through the real workflow."""
 
-import json
-import subprocess
 from datetime import datetime
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import REPO, dry_run_jobs, snakemake
+from conftest import dry_run_jobs, snakemake
 from infbench.artifacts import read_json, read_jsonl, validate
 from infbench.compare import agreement_report, teacher_forced_gaps
 

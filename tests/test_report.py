@@ -8,10 +8,9 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from conftest import REPO, snakemake, tiny_config, write_config
+from conftest import REPO, snakemake, tiny_config
 from infbench.artifacts import read_json, read_jsonl
 from infbench.report import build_context, render
 

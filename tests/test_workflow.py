@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from conftest import REPO, snakemake, tiny_config, write_config
 from infbench.artifacts import read_jsonl, validate
