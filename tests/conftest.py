@@ -60,7 +60,8 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
                                            output_tokens={"mean": 12, "sigma": 0.5, "min": 4, "max": 24})
     config["benchmark"].update(warmup_runs=1, repeats=2, study_max_new_tokens=[16], batch_sizes=[2])
     config["server"].update(warm_requests=2, startup_timeout_s=240)
-    config["load"].update(concurrency=[1, 4], request_rates=[4.0], requests_per_level=8)
+    # The tiny model finishes a level in about a second: scrape often enough to see it busy.
+    config["load"].update(concurrency=[1, 4], request_rates=[4.0], requests_per_level=16, metrics_interval_s=0.05)
     config["allocator"].update(sharegpt_requests=200)
     config["tuning"].update(enabled=True, grid={"max_num_seqs": [2, 8]}, requests=8, concurrency=8)
     for section, values in overrides.items():

@@ -79,9 +79,9 @@ def test_serve_artifacts(tiny_run):
     assert set(levels) == {("concurrency", 1, "inf"), ("concurrency", 4, "inf"), ("request_rate", None, 4.0)}
     for level in load["levels"]:
         assert all(field in level for field in VLLM_FIELDS)
-        assert level["completed"] == 8 and level["failed"] == 0
+        assert level["completed"] == 16 and level["failed"] == 0
         assert {c["name"] for c in level["checks"]} >= {"failed_requests", "short_outputs", "usage_vs_retokenized",
-                                                        "client_cpu", "prefix_cache_hit_rate"}
+                                                        "client_cpu", "prefix_cache_hit_rate", "metrics_coverage"}
         assert not [c for c in level["checks"] if c["status"] == "fail"]
         assert any("vllm:kv_cache_usage_perc" in sample for sample in level["metrics_series"])
         asked = {r["request_id"]: r for r in level["requests"]}

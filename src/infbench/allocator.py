@@ -174,10 +174,15 @@ def live_validation(load: dict, kv: dict, max_model_len: int) -> dict:
                        "samples": len(level["metrics_series"])})
     if not levels:
         return {"status": "pending", "reason": "no closed-loop load level was run", "levels": []}
-    worst = max(abs(level["error"]) for level in levels)
-    return {"status": "pass" if worst <= LIVE_TOLERANCE else "warn", "tolerance": LIVE_TOLERANCE,
-            "max_abs_error": worst, "levels": levels,
-            "note": "scraped peaks can fall below the prediction when the scrape misses the peak instant"}
+    observed = [level for level in levels if level["scraped_peak"] > 0]
+    unobserved = len(levels) - len(observed)
+    worst = max((abs(level["error"]) for level in observed), default=None)
+    status = "warn" if unobserved or worst > LIVE_TOLERANCE else "pass"
+    note = "scraped peaks can fall below the prediction when the scrape misses the peak instant"
+    if unobserved:
+        note = (f"the scrape saw no KV usage in {unobserved} of {len(levels)} levels (levels shorter than "
+                "load.metrics_interval_s): lower the interval or raise load.requests_per_level")
+    return {"status": status, "tolerance": LIVE_TOLERANCE, "max_abs_error": worst, "levels": levels, "note": note}
 
 
 def analyse(workload: list[dict], vllm_offline: dict, model_facts: dict, dtype: str, budget_bytes: int,

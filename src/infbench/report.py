@@ -282,8 +282,10 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
         live = allocator["live_validation"]
         checks.append({"model": model, "stage": "allocator", "name": "simulated vs scraped KV usage",
                        "status": live["status"], "value": live.get("max_abs_error"),
-                       "detail": live.get("reason") or f"largest |scraped - predicted| peak usage "
-                                                       f"{live['max_abs_error']:.4f} (tolerance {live['tolerance']})"})
+                       "detail": live.get("reason") or (f"largest |scraped - predicted| peak usage "
+                                                        f"{live['max_abs_error']:.4f} (tolerance {live['tolerance']}); "
+                                                        f"{live['note']}" if live["max_abs_error"] is not None
+                                                        else live["note"])})
         checks.append({"model": model, "stage": "allocator", "name": "study table reproduced",
                        "status": "pass" if allocator["study"]["matches_study"] else "fail", "value": None,
                        "detail": "parts 3 and 4 of the study recomputed exactly"})

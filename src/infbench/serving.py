@@ -94,6 +94,11 @@ def validity_checks(run: LevelRun, requests, tokenizer, request_rate: float | No
                             "dominates latency"))
         checks.append(check("dispatch_lag", "pass" if lag <= DISPATCH_LAG_WARN_S else "warn", lag,
                             f"requests left the client up to {lag * 1000:.0f} ms after their scheduled time"))
+    busy = [sample for sample in run.metrics.samples if sample.get("vllm:num_requests_running", 0) > 0]
+    checks.append(check("metrics_coverage", "pass" if len(busy) >= 2 else "warn", len(busy),
+                        f"{len(busy)} /metrics samples caught requests running during this {run.duration_s:.1f} s "
+                        "level; with fewer than 2 the server-state figures miss the level: lower "
+                        "load.metrics_interval_s or raise load.requests_per_level"))
     queries = run.metrics.first_last("vllm:prefix_cache_queries_total")
     hits = run.metrics.first_last("vllm:prefix_cache_hits_total")
     asked_tokens = queries[1] - queries[0]
