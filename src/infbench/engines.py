@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from infbench.logging_setup import UserError
+
 GIB = 1 << 30
 
 
@@ -12,8 +14,6 @@ def bound_cpus(threads: int) -> list[int]:
     """The first `threads` CPUs this process may use; every engine is pinned to these."""
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if threads > len(allowed):
-        from infbench.logging_setup import UserError
-
         raise UserError(
             f"hardware.threads = {threads} but only {len(allowed)} CPUs are available here; "
             f"set hardware.threads to at most {len(allowed)} in config/config.yaml"

@@ -156,6 +156,6 @@ async def run_level(base_url: str, model: str, requests: list[LoadRequest], *, c
 
 def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:
     """`count` requests from the workload, in order, repeated as needed."""
-    return [LoadRequest(f"{workload[i % len(workload)]['id']}#{i}", workload[i % len(workload)]["prompt"],
-                        workload[i % len(workload)]["prompt_tokens"], workload[i % len(workload)]["max_tokens"])
-            for i in range(count)]
+    picked = (workload[i % len(workload)] for i in range(count))
+    return [LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"])
+            for i, r in enumerate(picked)]

@@ -35,10 +35,6 @@ def rule_logging(log_path: str | os.PathLike):
             yield
         except BaseException as error:
             traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
             if isinstance(error, UserError):
                 line = f"error: {error}"
             elif isinstance(error, KeyboardInterrupt):

@@ -114,6 +114,7 @@ def summarize_level(run: LevelRun, requests, *, concurrency: int | None, request
                     slo_ms: dict, tokenizer, prefix_caching: bool) -> dict:
     results = [s.result for s in run.results]
     level = aggregate(results, run.duration_s)
+    preemptions = run.metrics.first_last("vllm:num_preemptions_total")
     level.update({
         "mode": "concurrency" if request_rate is None else "request_rate",
         "max_concurrency": concurrency,
@@ -123,8 +124,7 @@ def summarize_level(run: LevelRun, requests, *, concurrency: int | None, request
         "peak_kv_cache_usage_perc": run.metrics.peak("vllm:kv_cache_usage_perc"),
         "peak_num_requests_running": run.metrics.peak("vllm:num_requests_running"),
         "peak_num_requests_waiting": run.metrics.peak("vllm:num_requests_waiting"),
-        "preemptions": run.metrics.first_last("vllm:num_preemptions_total")[1]
-        - run.metrics.first_last("vllm:num_preemptions_total")[0],
+        "preemptions": preemptions[1] - preemptions[0],
         "checks": validity_checks(run, requests, tokenizer, request_rate, prefix_caching),
         "metrics_series": run.metrics.samples,
         "requests": [s.result.to_json() for s in run.results],
