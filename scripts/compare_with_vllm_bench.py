@@ -14,19 +14,37 @@ import tempfile
 from pathlib import Path
 
 from infbench.artifacts import read_json, read_jsonl
-from infbench.config import resolve_dtype
-from infbench.engines import engine_env, vllm_engine_args
-from infbench.loadgen import cycle_requests, run_level
+from infbench.engine_settings import engine_env, vllm_engine_args
+from infbench.hardware import resolve_dtype
+from infbench.load_client import cycle_requests, run_level
 from infbench.metrics import aggregate
-from infbench.server import VLLMServer
+from infbench.vllm_server import VLLMServer
 
-METRICS = ("output_throughput", "request_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms",
-           "median_e2el_ms", "p99_ttft_ms", "p99_e2el_ms")
+METRICS = (
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+    "p99_ttft_ms",
+    "p99_e2el_ms",
+)
 
 
 def ours(server, requests, concurrency, seed):
-    run = asyncio.run(run_level(server.base_url, server.served_name, requests, concurrency=concurrency,
-                                request_rate=None, seed=seed, interval_s=5.0, timeout_s=600))
+    run = asyncio.run(
+        run_level(
+            server.base_url,
+            server.served_name,
+            requests,
+            concurrency=concurrency,
+            request_rate=None,
+            seed=seed,
+            interval_s=5.0,
+            timeout_s=600,
+        )
+    )
     return aggregate([s.result for s in run.results], run.duration_s)
 
 
@@ -36,14 +54,46 @@ def theirs(server, dataset, tokenizer_dir, count, concurrency, seed, out_dir):
 
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    args = parser.parse_args([
-        "--backend", "openai", "--base-url", server.base_url, "--endpoint", "/v1/completions",
-        "--model", server.served_name, "--tokenizer", str(tokenizer_dir), "--dataset-name", "custom",
-        "--dataset-path", str(dataset), "--custom-output-len", "-1", "--skip-chat-template",
-        "--num-prompts", str(count), "--max-concurrency", str(concurrency), "--ignore-eos", "--temperature", "0",
-        "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--disable-tqdm", "--save-result", "--result-dir", str(out_dir), "--result-filename", "vllm.json",
-    ])
+    args = parser.parse_args(
+        [
+            "--backend",
+            "openai",
+            "--base-url",
+            server.base_url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            server.served_name,
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(dataset),
+            "--custom-output-len",
+            "-1",
+            "--skip-chat-template",
+            "--num-prompts",
+            str(count),
+            "--max-concurrency",
+            str(concurrency),
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--seed",
+            str(seed),
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,99",
+            "--disable-tqdm",
+            "--save-result",
+            "--result-dir",
+            str(out_dir),
+            "--result-filename",
+            "vllm.json",
+        ]
+    )
     main(args)
     return read_json(Path(out_dir) / "vllm.json")
 
@@ -65,19 +115,23 @@ def main():
     args = vllm_engine_args(model_dir, resolve_dtype("auto", "cpu"), engine, options.seed, "cpu")
     with tempfile.TemporaryDirectory() as scratch:
         dataset = Path(scratch) / "prompts.jsonl"
-        dataset.write_text("".join(json.dumps({"prompt": r.prompt, "output_tokens": r.max_tokens}) + "\n"
-                                   for r in requests))
+        dataset.write_text(
+            "".join(json.dumps({"prompt": r.prompt, "output_tokens": r.max_tokens}) + "\n" for r in requests)
+        )
         results = {"ours": [], "vllm": []}
         with VLLMServer(args, "model", Path(scratch) / "server.log", env=engine_env(options.threads, "cpu")) as server:
-            ours(server, requests[:options.concurrency], options.concurrency, options.seed)  # warm-up
+            ours(server, requests[: options.concurrency], options.concurrency, options.seed)  # warm-up
             for round_index in range(options.rounds):
                 order = ("ours", "vllm") if round_index % 2 == 0 else ("vllm", "ours")
                 for client in order:
                     if client == "ours":
                         results["ours"].append(ours(server, requests, options.concurrency, options.seed))
                     else:
-                        results["vllm"].append(theirs(server, dataset, model_dir, options.requests,
-                                                      options.concurrency, options.seed, scratch))
+                        results["vllm"].append(
+                            theirs(
+                                server, dataset, model_dir, options.requests, options.concurrency, options.seed, scratch
+                            )
+                        )
     print(f"{'metric':22s} {'ours (median)':>14s} {'vllm (median)':>14s} {'ours/vllm':>10s}")
     for metric in METRICS:
         mine = statistics.median(r[metric] for r in results["ours"])

@@ -1,9 +1,17 @@
-"""Rule `model`: resolve one configured model to resources/models/{model}/ with model.json."""
+"""Rule `model`: the download (or a local folder) -> resources/models/{model}/ with model.json."""
 
 from pathlib import Path
 
-from infbench.logging_setup import rule_logging
 from infbench.models import resolve_model
+from infbench.rule_logging import rule_logging
 
-with rule_logging(snakemake.log[0]):
-    resolve_model(snakemake.params.spec, Path(snakemake.output[0]), Path(snakemake.params.download_dir))
+
+def main(snakemake):
+    download = Path(snakemake.input.download) if snakemake.input.download else None
+    facts = resolve_model(snakemake.params.spec, Path(snakemake.output[0]), download)
+    print(f"{facts.name}: {facts.parameters:,} parameters, {facts.num_layers} layers")
+
+
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)

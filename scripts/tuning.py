@@ -4,10 +4,10 @@ from pathlib import Path
 
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engines import engine_env, vllm_engine_args
-from infbench.logging_setup import rule_logging
-from infbench.server import raise_on_sigterm
-from infbench.serving import run_tuning
+from infbench.engine_settings import engine_env, vllm_engine_args
+from infbench.rule_logging import rule_logging
+from infbench.tuning_grid import run_tuning
+from infbench.vllm_server import raise_on_sigterm
 
 
 def main(snakemake):
@@ -18,17 +18,33 @@ def main(snakemake):
 
     model_dir = Path(snakemake.input.model)
     facts = read_json(model_dir / "model.json")
-    cells = run_tuning(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
-                       facts["name"], engine_env(params.threads, params.device), snakemake.log.servers,
-                       read_jsonl(snakemake.input.workload), params.tuning, params.server, params.load, params.seed,
-                       AutoTokenizer.from_pretrained(model_dir), params.engine["enable_prefix_caching"])
-    write_json(snakemake.output[0], {
-        "model": facts["name"], "grid": params.tuning["grid"], "requests": params.tuning["requests"],
-        "concurrency": params.tuning["concurrency"], "cells": cells,
-        "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
-    }, schema_name="tuning")
+    cells = run_tuning(
+        engine_args=vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
+        served_name=facts["name"],
+        env=engine_env(params.threads, params.device),
+        log_dir=snakemake.log.servers,
+        workload=read_jsonl(snakemake.input.workload),
+        tuning=params.tuning,
+        server_settings=params.server,
+        load=params.load,
+        seed=params.seed,
+        tokenizer=AutoTokenizer.from_pretrained(model_dir),
+        prefix_caching=params.engine["enable_prefix_caching"],
+    )
+    write_json(
+        snakemake.output[0],
+        {
+            "model": facts["name"],
+            "grid": params.tuning["grid"],
+            "requests": params.tuning["requests"],
+            "concurrency": params.tuning["concurrency"],
+            "cells": cells,
+            "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
+        },
+        schema_name="tuning",
+    )
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log.rule):
+    with rule_logging(snakemake.log[0]):
         main(snakemake)

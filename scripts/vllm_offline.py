@@ -4,25 +4,37 @@ from pathlib import Path
 
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engines import kv_cache_bytes, pin_process, vllm_engine_args
-from infbench.logging_setup import rule_logging
-from infbench.scenarios import fair_settings, offline_artifact
+from infbench.engine_settings import kv_cache_bytes, pin_process, vllm_engine_args
+from infbench.offline_scenarios import fair_settings, offline_artifact
+from infbench.rule_logging import rule_logging
 
 
 def main(snakemake):
     params = snakemake.params
     started = provenance.now_iso()
-    cpus = pin_process(params.threads, params.device)
+    cpus = pin_process(params.threads, params.device)  # before torch creates its thread pool
 
-    from infbench.vllm_bench import VLLMRunner, engine_facts
+    from infbench.vllm_runner import VLLMRunner, engine_facts
 
     model_dir = Path(snakemake.input.model)
     facts = read_json(model_dir / "model.json")
     runner = VLLMRunner(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device))
-    settings = fair_settings(params.dtype, params.threads, cpus, params.benchmark, params.seed,
-                             prefix_caching=params.engine["enable_prefix_caching"])
-    artifact = offline_artifact("vllm", facts["name"], runner, read_jsonl(snakemake.input.workload), settings,
-                                facts["kv_bytes_per_token"][params.dtype])
+    settings = fair_settings(
+        dtype=params.dtype,
+        threads=params.threads,
+        cpus=cpus,
+        benchmark=params.benchmark,
+        seed=params.seed,
+        prefix_caching=params.engine["enable_prefix_caching"],
+    )
+    artifact = offline_artifact(
+        engine="vllm",
+        model=facts["name"],
+        runner=runner,
+        workload=read_jsonl(snakemake.input.workload),
+        settings=settings,
+        kv_bytes_per_token=facts["kv_bytes_per_token"][params.dtype],
+    )
     artifact["engine_facts"] = engine_facts(runner.llm, params.engine["max_model_len"], runner.startup_s)
     artifact["engine_facts"]["kv_cache_bytes"] = kv_cache_bytes(params.engine["kv_cache_gib"])
     artifact["provenance"] = provenance.collect(params.provenance_config, params.threads, started, params.device)

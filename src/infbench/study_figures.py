@@ -1,8 +1,9 @@
 """The published figures of the study this pipeline reproduces ("learn-vLLM-inference"),
 labelled with the hardware and method that produced them, for side-by-side display."""
 
-HARDWARE = ("Ryzen 7 7840HS laptop, no GPU, vLLM 0.21 CPU Docker image, torch 2.11 CPU, "
-            "bf16, 7 OpenMP threads, 1 GiB KV cache")
+HARDWARE = (
+    "Ryzen 7 7840HS laptop, no GPU, vLLM 0.21 CPU Docker image, torch 2.11 CPU, bf16, 7 OpenMP threads, 1 GiB KV cache"
+)
 MODEL = "HuggingFaceTB/SmolLM-135M"
 
 OFFLINE = {
@@ -25,14 +26,21 @@ KV_RESERVED_PER_REQUEST = 512
 KV_PAGE = 16
 KV_POOL_SLOTS = 10_000
 KV_REPORTED = {
-    "contiguous_slots": 2560, "paged_slots": 544, "used_slots": 519,
-    "contiguous_utilisation": 0.203, "paged_utilisation": 0.954,
-    "contiguous_users": 19, "paged_users": 92, "ideal_users": 97,
+    "contiguous_slots": 2560,
+    "paged_slots": 544,
+    "used_slots": 519,
+    "contiguous_utilisation": 0.203,
+    "paged_utilisation": 0.954,
+    "contiguous_users": 19,
+    "paged_users": 92,
+    "ideal_users": 97,
 }
 
 SERVER = {
     "hardware": HARDWARE,
     "prompt": "What is inference in machine learning?",
-    "latency_s": 1.29, "prompt_tokens": 7, "completion_tokens": 50,
+    "latency_s": 1.29,
+    "prompt_tokens": 7,
+    "completion_tokens": 50,
     "method": "one cold, non-streamed request",
 }

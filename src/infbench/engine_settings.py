@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from infbench.logging_setup import UserError
+from infbench.errors import UserError
 
 GIB = 1 << 30
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from infbench.logging_setup import UserError
+from infbench.errors import UserError
 
 PR_SET_PDEATHSIG = 1
 
@@ -48,8 +48,17 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def server_command(engine_args: dict, host: str, port: int, served_name: str, extra: dict | None = None) -> list[str]:
     """vllm.LLM keyword arguments as the server's command-line flags."""
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               "--host", host, "--port", str(port), "--served-model-name", served_name]
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name,
+    ]
     for key, value in {**engine_args, **(extra or {})}.items():
         flag = "--" + key.replace("_", "-")
         if key == "disable_log_stats":
@@ -72,6 +81,7 @@ def _die_with_parent():
 
 def raise_on_sigterm() -> None:
     """SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C, so `finally` blocks run."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -79,9 +89,17 @@ def raise_on_sigterm() -> None:
 
 
 class VLLMServer:
-    def __init__(self, engine_args: dict, served_name: str, log_path: str | Path, env: dict | None = None,
-                 startup_timeout_s: float = 300, port: int | None = None, host: str = "127.0.0.1",
-                 extra_args: dict | None = None):
+    def __init__(
+        self,
+        engine_args: dict,
+        served_name: str,
+        log_path: str | Path,
+        env: dict | None = None,
+        startup_timeout_s: float = 300,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        extra_args: dict | None = None,
+    ):
         self.host = host
         self.port = port or free_port(host)
         self.served_name = served_name
@@ -102,15 +120,18 @@ class VLLMServer:
         except OSError:
             return "(no server log)"
 
-    def start(self) -> "VLLMServer":
+    def start(self) -> VLLMServer:
         if not port_is_free(self.port, self.host):
-            raise ServerError(f"port {self.port} on {self.host} is already in use; stop what holds it "
-                              f"(e.g. `ss -ltnp | grep :{self.port}`) or let the pipeline pick a free port")
+            raise ServerError(
+                f"port {self.port} on {self.host} is already in use; stop what holds it "
+                f"(e.g. `ss -ltnp | grep :{self.port}`) or let the pipeline pick a free port"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "w")
         started = time.perf_counter()
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                        preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(
+            self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=_die_with_parent
+        )
         log.close()
         try:
             self._wait_ready(started)
@@ -126,8 +147,10 @@ class VLLMServer:
         with httpx.Client(base_url=self.base_url, timeout=2.0) as client:
             while True:
                 if self.process.poll() is not None:
-                    raise ServerError(f"the vLLM server exited with code {self.process.returncode} while starting; "
-                                      f"its log ({self.log_path}) ends with:\n{self.log_tail()}")
+                    raise ServerError(
+                        f"the vLLM server exited with code {self.process.returncode} while starting; "
+                        f"its log ({self.log_path}) ends with:\n{self.log_tail()}"
+                    )
                 try:
                     if client.get("/health").status_code == 200:
                         models = client.get("/v1/models").json()
@@ -136,8 +159,10 @@ class VLLMServer:
                 except (httpx.HTTPError, ValueError):
                     pass
                 if time.perf_counter() > deadline:
-                    raise ServerError(f"the vLLM server was not ready after {self.startup_timeout_s:.0f} s; "
-                                      f"raise server.startup_timeout_s or see {self.log_path}:\n{self.log_tail()}")
+                    raise ServerError(
+                        f"the vLLM server was not ready after {self.startup_timeout_s:.0f} s; "
+                        f"raise server.startup_timeout_s or see {self.log_path}:\n{self.log_tail()}"
+                    )
                 time.sleep(0.5)
 
     def alive(self) -> bool:
@@ -166,7 +191,7 @@ class VLLMServer:
         except subprocess.TimeoutExpired:
             pass
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> VLLMServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

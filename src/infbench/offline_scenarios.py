@@ -18,8 +18,16 @@ from infbench.stats import summarize
 log = logging.getLogger(__name__)
 
 # Scenario metrics summarized over repeats (mean, std, 95 % CI).
-SUMMARIZED = ("duration", "output_throughput", "total_token_throughput", "request_throughput",
-              "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+SUMMARIZED = (
+    "duration",
+    "output_throughput",
+    "total_token_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "mean_tpot_ms",
+    "mean_e2el_ms",
+)
 
 
 @dataclass
@@ -34,25 +42,45 @@ class Scenario:
         return sum(len(batch) for batch in self.batches)
 
 
-def build_scenarios(workload: list[dict], study_max_new_tokens: list[int], batch_sizes: list[int],
-                    continuous: bool) -> list[Scenario]:
+def build_scenarios(
+    workload: list[dict], study_max_new_tokens: list[int], batch_sizes: list[int], continuous: bool
+) -> list[Scenario]:
     """The scenarios of issue 3: the study's single request at each length, the whole workload
     one request at a time, static batches, and (vLLM only) everything submitted at once."""
     scenarios = []
     single = next((r for r in workload if r["kind"] == "study_single"), workload[0])
     for tokens in study_max_new_tokens:
         request = dict(single, max_tokens=tokens)
-        scenarios.append(Scenario(f"study_single_{tokens}", "single", [[request]],
-                                  f"the study's prompt, {tokens} new tokens, alone"))
-    scenarios.append(Scenario("workload_sequential", "sequential", [[r] for r in workload],
-                              "the whole workload one request at a time (a naive server)"))
+        scenarios.append(
+            Scenario(f"study_single_{tokens}", "single", [[request]], f"the study's prompt, {tokens} new tokens, alone")
+        )
+    scenarios.append(
+        Scenario(
+            "workload_sequential",
+            "sequential",
+            [[r] for r in workload],
+            "the whole workload one request at a time (a naive server)",
+        )
+    )
     for size in batch_sizes:
-        batches = [workload[i:i + size] for i in range(0, len(workload), size)]
-        scenarios.append(Scenario(f"workload_static_batch_{size}", "static_batch", batches,
-                                  f"the whole workload in fixed groups of {size}, one group at a time"))
+        batches = [workload[i : i + size] for i in range(0, len(workload), size)]
+        scenarios.append(
+            Scenario(
+                f"workload_static_batch_{size}",
+                "static_batch",
+                batches,
+                f"the whole workload in fixed groups of {size}, one group at a time",
+            )
+        )
     if continuous:
-        scenarios.append(Scenario("workload_continuous", "continuous", [list(workload)],
-                                  "the whole workload submitted at once (continuous batching)"))
+        scenarios.append(
+            Scenario(
+                "workload_continuous",
+                "continuous",
+                [list(workload)],
+                "the whole workload submitted at once (continuous batching)",
+            )
+        )
     return scenarios
 
 
@@ -132,8 +160,9 @@ class Runner(Protocol):
     def run_batch(self, batch: list[dict]) -> BatchRun: ...
 
 
-def run_scenarios(runner: Runner, scenarios: list[Scenario], warmup_runs: int, repeats: int,
-                  kv_bytes_per_token: int) -> tuple[list[dict], dict]:
+def run_scenarios(
+    runner: Runner, scenarios: list[Scenario], warmup_runs: int, repeats: int, kv_bytes_per_token: int
+) -> tuple[list[dict], dict]:
     """Every scenario: `warmup_runs` untimed calls on its first group, then `repeats` timed
     passes over all its groups. Returns the scenario records and the greedy output token
     ids of the sequential scenario (for the HF/vLLM agreement check)."""
@@ -160,25 +189,29 @@ def run_scenarios(runner: Runner, scenarios: list[Scenario], warmup_runs: int, r
             record.extra["kv_cache_tokens_held"] = kv_tokens_held
             record.extra["kv_cache_bytes_held"] = kv_tokens_held * kv_bytes_per_token
         records.append(record.to_json())
-        log.info("%s %s: %.1f output tok/s", runner.name, scenario.name,
-                 records[-1]["summary"]["output_throughput"]["mean"])
+        log.info(
+            "%s %s: %.1f output tok/s", runner.name, scenario.name, records[-1]["summary"]["output_throughput"]["mean"]
+        )
     return records, outputs
 
 
-def offline_artifact(engine: str, model: str, runner: Runner, workload: list[dict], settings: dict,
-                     kv_bytes_per_token: int) -> dict:
+def offline_artifact(
+    *, engine: str, model: str, runner: Runner, workload: list[dict], settings: dict, kv_bytes_per_token: int
+) -> dict:
     """Run the shared scenarios on one engine and assemble its artifact (provenance is added
     by the caller). `settings` holds the fair-fight settings recorded for both engines."""
-    scenarios = build_scenarios(workload, settings["study_max_new_tokens"], settings["batch_sizes"],
-                                continuous=engine == "vllm")
-    records, outputs = run_scenarios(runner, scenarios, settings["warmup_runs"], settings["repeats"],
-                                     kv_bytes_per_token)
-    return {"engine": engine, "model": model, "settings": settings, "scenarios": records,
-            "greedy_outputs": outputs}
+    scenarios = build_scenarios(
+        workload, settings["study_max_new_tokens"], settings["batch_sizes"], continuous=engine == "vllm"
+    )
+    records, outputs = run_scenarios(
+        runner, scenarios, settings["warmup_runs"], settings["repeats"], kv_bytes_per_token
+    )
+    return {"engine": engine, "model": model, "settings": settings, "scenarios": records, "greedy_outputs": outputs}
 
 
-def fair_settings(dtype: str, threads: int, cpus: list[int], benchmark: dict, seed: int,
-                  prefix_caching: bool) -> dict:
+def fair_settings(
+    *, dtype: str, threads: int, cpus: list[int], benchmark: dict, seed: int, prefix_caching: bool
+) -> dict:
     """What both engines share, recorded in both artifacts so a reader can check it."""
     return {
         "dtype": dtype,

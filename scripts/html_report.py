@@ -1,0 +1,18 @@
+"""Rule `html_report`: every artifact, through the declared template -> results/report.html."""
+
+from infbench.artifacts import load_model_artifacts, write_text_atomic
+from infbench.html_report import build_context, render
+from infbench.rule_logging import rule_logging
+
+
+def main(snakemake):
+    models = {model: load_model_artifacts(paths) for model, paths in snakemake.params.artifacts.items()}
+    context = build_context(models, snakemake.params.config, list(snakemake.input.run_times))
+    html = render(context, snakemake.input.template)
+    write_text_atomic(snakemake.output[0], html)
+    print(f"wrote {snakemake.output[0]} ({len(html) / 1024:.0f} KiB)")
+
+
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)

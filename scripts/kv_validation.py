@@ -1,0 +1,22 @@
+"""Rule `kv_validation`: simulated vs scraped KV-cache usage per load level -> kv_validation.json."""
+
+from infbench import provenance
+from infbench.artifacts import read_json, write_json
+from infbench.kv_validation import live_validation
+from infbench.rule_logging import rule_logging
+
+
+def main(snakemake):
+    params = snakemake.params
+    started = provenance.now_iso()
+    server, load = read_json(snakemake.input.server), read_json(snakemake.input.load)
+    validation = live_validation(load, server["kv"], params.max_model_len)
+    validation["model"] = server["model"]
+    validation["provenance"] = provenance.collect(params.provenance_config, None, started)
+    write_json(snakemake.output[0], validation, schema_name="kv_validation")
+    print(f"live KV validation: {validation['status']} ({validation['note']})")
+
+
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)

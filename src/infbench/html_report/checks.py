@@ -1,0 +1,84 @@
+"""The validity checks a reader must see before the numbers, gathered from every artifact,
+worst first."""
+
+from __future__ import annotations
+
+from infbench.html_report.sections import level_label
+
+STATUS_ORDER = {"fail": 0, "warn": 1, "pending": 2, "pass": 3}
+
+
+def collect_checks(model: str, artifacts: dict) -> list[dict]:
+    """Every pass/warn/fail a reader should see first, worst first."""
+    checks = []
+    for level in (artifacts.get("load") or {}).get("levels", []):
+        for item in level["checks"]:
+            checks.append({"model": model, "stage": f"load {level_label(level)}", **item})
+    allocator = artifacts.get("allocator")
+    if allocator:
+        capacity = allocator["capacity_check"]
+        checks.append(
+            {
+                "model": model,
+                "stage": "allocator",
+                "name": "simulated pool = vLLM's pool",
+                "status": capacity["status"],
+                "value": capacity["predicted"]["num_blocks"],
+                "detail": f"predicted {capacity['predicted']['num_blocks']} blocks, vLLM reported "
+                f"{capacity['vllm']['num_blocks']}",
+            }
+        )
+        checks.append(
+            {
+                "model": model,
+                "stage": "allocator",
+                "name": "study table reproduced",
+                "status": "pass" if allocator["study"]["matches_study"] else "fail",
+                "value": None,
+                "detail": "parts 3 and 4 of the study recomputed exactly",
+            }
+        )
+    live = artifacts.get("kv_validation")
+    if live:
+        checks.append(
+            {
+                "model": model,
+                "stage": "kv validation",
+                "name": "simulated vs scraped KV usage",
+                "status": live["status"],
+                "value": live.get("max_abs_error"),
+                "detail": (
+                    f"largest |scraped - predicted| peak usage {live['max_abs_error']:.4f} "
+                    f"(tolerance {live['tolerance']}); {live['note']}"
+                    if live.get("max_abs_error") is not None
+                    else live["note"]
+                ),
+            }
+        )
+    comparison = artifacts.get("comparison")
+    if comparison:
+        agreement = comparison["agreement"]
+        checks.append(
+            {
+                "model": model,
+                "stage": "offline",
+                "name": "HF and vLLM run the same model",
+                "status": "fail" if agreement["flagged"] else "pass",
+                "value": agreement.get("consistency"),
+                "detail": agreement["note"],
+            }
+        )
+    for name in ("hf_baseline", "vllm_offline"):
+        artifact = artifacts.get(name)
+        if artifact and artifact["provenance"]["git"].get("dirty"):
+            checks.append(
+                {
+                    "model": model,
+                    "stage": name,
+                    "name": "code version recorded",
+                    "status": "warn",
+                    "value": artifact["provenance"]["git"]["commit"],
+                    "detail": "measured with uncommitted changes in the working tree",
+                }
+            )
+    return sorted(checks, key=lambda c: STATUS_ORDER.get(c["status"], 9))

@@ -1,0 +1,385 @@
+"""The report's sections: each artifact shaped into the tables and figures the template shows."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+import seaborn as sns
+
+from infbench import study_figures
+from infbench.html_report.figures import figure
+
+
+def offline_section(hf: dict | None, vllm: dict | None, comparison: dict | None) -> dict:
+    rows = []
+    for artifact in (hf, vllm):
+        if not artifact:
+            continue
+        for scenario in artifact["scenarios"]:
+            summary = scenario["summary"]
+            rows.append(
+                {
+                    "engine": artifact["engine"],
+                    "scenario": scenario["name"],
+                    "output tok/s": summary["output_throughput"]["mean"],
+                    "ci95 low": summary["output_throughput"]["ci95_low"],
+                    "ci95 high": summary["output_throughput"]["ci95_high"],
+                    "mean TTFT ms": summary["mean_ttft_ms"]["mean"],
+                    "mean TPOT ms": summary["mean_tpot_ms"]["mean"],
+                    "mean E2E ms": summary["mean_e2el_ms"]["mean"],
+                    "repeats": summary["duration"]["n"],
+                    "peak RSS MiB": scenario["peak_rss_bytes"] / 2**20,
+                    "KV held MiB": scenario.get("kv_cache_bytes_held", float("nan")) / 2**20,
+                }
+            )
+    table = pd.DataFrame(rows)
+    figures = []
+    if not table.empty:
+
+        def draw(ax):
+            sns.barplot(
+                data=table,
+                y="scenario",
+                x="output tok/s",
+                hue="engine",
+                ax=ax,
+                errorbar=None,
+                palette={"hf": "#8c8c8c", "vllm": "#2a6fdb"},
+            )
+            for patch_group, (_, group) in zip(ax.containers, table.groupby("engine", sort=False)):
+                for bar, (_, row) in zip(patch_group, group.iterrows()):
+                    y = bar.get_y() + bar.get_height() / 2
+                    ax.plot([row["ci95 low"], row["ci95 high"]], [y, y], color="black", lw=1.2)
+            ax.set_xlabel("output tokens per second (mean, 95 % CI)")
+            ax.set_ylabel("")
+
+        figures.append(
+            figure(
+                "Output throughput per scenario, HF vs vLLM",
+                draw,
+                table[["engine", "scenario", "output tok/s", "ci95 low", "ci95 high", "repeats"]],
+                "Bars are means over the timed repeats; black lines are 95 % confidence intervals.",
+                size=(7.5, 0.45 * len(table) + 1.2),
+            )
+        )
+    ratios = []
+    for ratio in (comparison or {}).get("ratios", []):
+        ratios.append(
+            {
+                "vLLM scenario": ratio["vllm_scenario"],
+                "HF scenario": ratio["hf_scenario"],
+                "throughput ratio": ratio["output_throughput"]["ratio"],
+                "ci95 low": ratio["output_throughput"]["ci95_low"],
+                "ci95 high": ratio["output_throughput"]["ci95_high"],
+                "E2E latency ratio": ratio["mean_e2el"]["ratio"],
+                "what it answers": ratio["meaning"],
+            }
+        )
+    study_rows = [
+        {"scenario": f["scenario"], "engine": f["engine"], "output tok/s (study)": f["output_tok_s"]}
+        for f in study_figures.OFFLINE["figures"]
+    ]
+    return {
+        "table": table,
+        "figures": figures,
+        "ratios": pd.DataFrame(ratios),
+        "study": pd.DataFrame(study_rows),
+        "agreement": (comparison or {}).get("agreement"),
+        "engine_facts": (vllm or {}).get("engine_facts"),
+        "settings": (vllm or hf or {}).get("settings"),
+    }
+
+
+def allocator_section(allocator: dict | None, kv_validation: dict | None) -> dict | None:
+    if not allocator:
+        return None
+    study_table = allocator["study"]["table"]
+    reported = allocator["study"]["reported"]
+    # Counts and shares share a column: object dtype keeps each value's type (a count stays an integer).
+    study_rows = pd.DataFrame(
+        [
+            {"figure": key.replace("_", " "), "study reported": reported[key], "reproduced": study_table[key]}
+            for key in reported
+        ],
+        dtype=object,
+    )
+    figures, breakdowns = [], {}
+    for trace in allocator["traces"]:
+        rows = [
+            {
+                "strategy": s["strategy"],
+                **{k.replace("_", " "): v for k, v in s["shares"].items()},
+                "utilisation": s["utilisation"],
+                "requests at once (static)": s["static_capacity"],
+                "mean running (replay)": s["mean_running"],
+                "preemptions": s["preemptions"],
+            }
+            for s in trace["strategies"]
+        ]
+        breakdowns[trace["name"]] = pd.DataFrame(rows)
+    sharegpt = breakdowns.get("sharegpt_like")
+    if sharegpt is not None:
+        categories = ["token states", "reservation", "internal fragmentation", "external fragmentation"]
+        colours = ["#2a6fdb", "#f2a93b", "#d9534f", "#7f7f7f"]
+
+        def draw(ax):
+            left = pd.Series(0.0, index=sharegpt.index)
+            for category, colour in zip(categories, colours):
+                ax.barh(sharegpt["strategy"], sharegpt[category] * 100, left=left * 100, color=colour, label=category)
+                left += sharegpt[category]
+            for name, share in allocator["paper_token_state_shares"].items():
+                ax.axvline(share * 100, color="black", lw=0.6, ls=":")
+                ax.text(share * 100, -0.6, name.replace("_", " "), fontsize=7, rotation=90, va="bottom", ha="center")
+            ax.set_xlabel("share of KV memory (%), averaged over the replay")
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7, frameon=False)
+            ax.invert_yaxis()
+
+        figures.append(
+            figure(
+                "Where KV memory goes, ShareGPT-like trace",
+                draw,
+                sharegpt[["strategy", *categories, "utilisation"]],
+                "Dotted lines: token-state shares the PagedAttention paper reports (Orca Max / Pow2 / Oracle, vLLM).",
+                size=(7.5, 4.6),
+            )
+        )
+    capacity_rows = []
+    for trace in allocator["traces"]:
+        for strategy in trace["strategies"]:
+            if strategy["kind"] == "paged" and not strategy["shared_prefix"]:
+                capacity_rows.append(
+                    {
+                        "trace": trace["name"],
+                        "block size": strategy["block_size"],
+                        "requests at once": strategy["static_capacity"],
+                        "utilisation": strategy["utilisation"],
+                    }
+                )
+    capacity = pd.DataFrame(capacity_rows)
+    if not capacity.empty:
+
+        def draw(ax):
+            sns.lineplot(data=capacity, x="block size", y="requests at once", hue="trace", marker="o", ax=ax)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted(capacity["block size"].unique()), labels=sorted(capacity["block size"].unique()))
+
+        figures.append(
+            figure(
+                "Capacity vs block size (same byte budget)",
+                draw,
+                capacity,
+                "Requests that fit at once at their peak length; vLLM's CPU default is 128.",
+            )
+        )
+    return {
+        "study_rows": study_rows,
+        "matches": allocator["study"]["matches_study"],
+        "by_admission": allocator["study"]["by_admission"],
+        "extensions": pd.DataFrame(allocator["study"]["extensions"]),
+        "budgets": allocator["study"]["byte_budgets"],
+        "breakdowns": breakdowns,
+        "figures": figures,
+        "capacity_check": allocator["capacity_check"],
+        "live": kv_validation,
+        "kv_bytes_per_token": allocator["kv_bytes_per_token"],
+        "dtype": allocator["dtype"],
+    }
+
+
+def level_label(level: dict) -> str:
+    return f"c={level['max_concurrency']}" if level["mode"] == "concurrency" else f"{level['request_rate']} req/s"
+
+
+def serving_section(server: dict | None, load: dict | None, tuning: dict | None) -> dict | None:
+    if not server or not load:
+        return None
+    levels = load["levels"]
+    table = pd.DataFrame(
+        [
+            {
+                "level": level_label(level),
+                "output tok/s": level["output_throughput"],
+                "req/s": level["request_throughput"],
+                "goodput req/s": level["request_goodput"],
+                **{
+                    f"{stat} {metric} ms": level[f"{stat}_{metric}_ms"]
+                    for metric in ("ttft", "tpot", "e2el")
+                    for stat in ("median", "p90", "p99")
+                },
+                "failed": level["failed"],
+                "peak KV %": level["peak_kv_cache_usage_perc"] * 100,
+            }
+            for level in levels
+        ]
+    )
+    figures = []
+    closed = table[[level["mode"] == "concurrency" for level in levels]]
+
+    def draw_curve(ax):
+        sns.lineplot(data=closed, x="output tok/s", y="median e2el ms", marker="o", ax=ax, label="median E2E")
+        sns.lineplot(data=closed, x="output tok/s", y="p99 e2el ms", marker="s", ax=ax, label="p99 E2E")
+        for _, row in closed.iterrows():
+            ax.annotate(
+                row["level"],
+                (row["output tok/s"], row["median e2el ms"]),
+                fontsize=8,
+                xytext=(4, -10),
+                textcoords="offset points",
+            )
+        ax.set_ylabel("end-to-end latency (ms)")
+
+    if not closed.empty:
+        figures.append(
+            figure(
+                "Throughput vs latency across the concurrency sweep",
+                draw_curve,
+                closed[["level", "output tok/s", "median e2el ms", "p99 e2el ms"]],
+            )
+        )
+    long = table.melt(
+        id_vars="level",
+        value_vars=[c for c in table.columns if c.endswith(" ms")],
+        var_name="statistic",
+        value_name="ms",
+    )
+    long[["percentile", "metric"]] = long["statistic"].str.extract(r"(\w+) (\w+) ms")
+
+    def draw_percentiles(ax):
+        sns.barplot(data=long[long["metric"] != "e2el"], x="level", y="ms", hue="statistic", ax=ax)
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=7, ncol=2)
+
+    figures.append(
+        figure(
+            "TTFT and TPOT percentiles per level",
+            draw_percentiles,
+            table[["level", *[c for c in table.columns if c.endswith(" ms")]]],
+        )
+    )
+    ttft = pd.DataFrame(
+        [
+            {"level": level_label(level), "TTFT ms": r["ttft"] * 1000}
+            for level in levels
+            for r in level["requests"]
+            if r["success"]
+        ]
+    )
+
+    def draw_ttft(ax):
+        sns.stripplot(data=ttft, x="level", y="TTFT ms", ax=ax, alpha=0.6, jitter=0.25)
+        sns.boxplot(data=ttft, x="level", y="TTFT ms", ax=ax, showfliers=False, fill=False, color="black", width=0.5)
+
+    figures.append(
+        figure("TTFT distribution per level", draw_ttft, ttft.groupby("level")["TTFT ms"].describe().reset_index())
+    )
+    series = pd.DataFrame(
+        [
+            {
+                "level": level_label(level),
+                "t (s)": sample["t"],
+                "KV cache usage %": 100 * sample.get("vllm:kv_cache_usage_perc", float("nan")),
+                "running": sample.get("vllm:num_requests_running", float("nan")),
+                "waiting": sample.get("vllm:num_requests_waiting", float("nan")),
+            }
+            for level in levels
+            for sample in level["metrics_series"]
+        ]
+    )
+    if not series.empty:
+
+        def draw_series(ax):
+            sns.lineplot(data=series, x="t (s)", y="running", hue="level", ax=ax)
+            sns.lineplot(data=series, x="t (s)", y="waiting", hue="level", ax=ax, linestyle="--", legend=False)
+            twin = ax.twinx()
+            sns.lineplot(
+                data=series, x="t (s)", y="KV cache usage %", hue="level", ax=twin, legend=False, alpha=0.5, linewidth=3
+            )
+            ax.set_ylabel("requests")
+            twin.set_ylabel("KV cache usage (%)")
+            twin.grid(False)
+
+        figures.append(
+            figure(
+                "Server state during each level (scraped /metrics)",
+                draw_series,
+                series,
+                "Requests running (solid lines) and waiting (dashed), and KV-cache usage (thick, "
+                "right axis), over each level's time.",
+            )
+        )
+    tuning_table = None
+    if tuning:
+        tuning_table = pd.DataFrame(
+            [
+                {
+                    **cell["settings"],
+                    "output tok/s": cell["output_throughput"],
+                    "median TTFT ms": cell["median_ttft_ms"],
+                    "median TPOT ms": cell["median_tpot_ms"],
+                    "p99 E2E ms": cell["p99_e2el_ms"],
+                    "peak waiting": cell["peak_num_requests_waiting"],
+                    "preemptions": cell["preemptions"],
+                    "startup s": cell["startup_s"],
+                }
+                for cell in tuning["cells"]
+            ]
+        )
+    return {
+        "server": server,
+        "table": table,
+        "figures": figures,
+        "tuning": tuning_table,
+        "tuning_meta": tuning,
+        "study": study_figures.SERVER,
+    }
+
+
+def read_benchmarks(paths: list[str]) -> pd.DataFrame:
+    rows = []
+    for path in paths:
+        with open(path) as handle:
+            record = next(csv.DictReader(handle, delimiter="\t"))
+        rows.append(
+            {
+                "rule": Path(path).stem,
+                "model": Path(path).parent.name,
+                "seconds": float(record["s"]),
+                "max RSS MiB": float(record["max_rss"]) if record.get("max_rss", "-") not in ("-", "NA") else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def workload_section(workload: list[dict] | None) -> dict | None:
+    if not workload:
+        return None
+    frame = pd.DataFrame(workload)
+    return {
+        "count": len(frame),
+        "prompt_tokens": frame["prompt_tokens"].describe().to_dict(),
+        "max_tokens": frame["max_tokens"].describe().to_dict(),
+        "table": frame[["id", "kind", "prompt_tokens", "max_tokens", "prompt"]],
+    }
+
+
+def overview_row(model: str, artifacts: dict) -> dict:
+    row = {"model": model}
+    comparison = artifacts.get("comparison")
+    for ratio in (comparison or {}).get("ratios", []):
+        key = f"vLLM/HF tok/s, {ratio['vllm_scenario']} vs {ratio['hf_scenario']}"
+        tp = ratio["output_throughput"]
+        row[key] = f"{tp['ratio']:.2f}× [{tp['ci95_low']:.2f}, {tp['ci95_high']:.2f}]"
+    allocator = artifacts.get("allocator")
+    if allocator:
+        for trace in allocator["traces"]:
+            if trace["name"] == "sharegpt_like":
+                for s in trace["strategies"]:
+                    if s["strategy"] in ("contiguous_max_model_len", "paged_16", "paged_128"):
+                        row[f"KV token-state share, {s['strategy']} (ShareGPT-like)"] = f"{s['utilisation']:.1%}"
+    load = artifacts.get("load")
+    if load:
+        best = max(load["levels"], key=lambda level: level["output_throughput"])
+        row["server peak output tok/s (level)"] = f"{best['output_throughput']:.1f} ({level_label(best)})"
+    return row

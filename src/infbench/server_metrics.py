@@ -1,0 +1,73 @@
+"""vLLM's Prometheus `/metrics`: the gauges and counters kept in a level's time series, the
+periodic scrape, and the KV-cache facts the server publishes as labels."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from infbench.vllm_server import ServerError
+
+# Server metrics kept in the time series (vLLM 0.32 names).
+GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+COUNTERS = ("vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+
+
+@dataclass
+class MetricsSeries:
+    samples: list[dict] = field(default_factory=list)  # {t, <metric>: value}
+
+    def first_last(self, name: str) -> tuple[float, float]:
+        values = [s[name] for s in self.samples if name in s]
+        return (values[0], values[-1]) if values else (0.0, 0.0)
+
+    def peak(self, name: str) -> float:
+        return max((s[name] for s in self.samples if name in s), default=0.0)
+
+
+def parse_metrics(text: str) -> dict:
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            counter = sample.name.endswith("_total") and sample.name.removesuffix("_total") in COUNTERS
+            if sample.name in GAUGES or counter:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+async def scrape_metrics(base_url: str, interval_s: float, series: MetricsSeries, started: float, stop: asyncio.Event):
+    async with httpx.AsyncClient(base_url=base_url, timeout=2.0) as client:
+        while True:
+            try:
+                response = await client.get("/metrics")
+                series.samples.append({"t": time.perf_counter() - started, **parse_metrics(response.text)})
+            except httpx.HTTPError:
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+                return
+            except asyncio.TimeoutError:
+                continue
+
+
+def server_kv_facts(base_url: str) -> dict:
+    """The engine's KV-cache facts from the `vllm:cache_config_info` metric's labels."""
+    text = httpx.get(f"{base_url}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split('",'))
+            labels = {key.strip(): value.strip('"') for key, value in labels.items()}
+            return {
+                "num_blocks": int(labels["num_gpu_blocks"]),
+                "block_size": int(labels["block_size"]),
+                "kv_capacity_tokens": int(labels.get("kv_cache_size_tokens", 0)) or None,
+                "max_concurrency_at_max_model_len": float(labels["kv_cache_max_concurrency"])
+                if "kv_cache_max_concurrency" in labels
+                else None,
+                "prefix_caching": labels.get("enable_prefix_caching") == "True",
+            }
+    raise ServerError("the server's /metrics has no vllm:cache_config_info; is this a vLLM server?")

@@ -1,0 +1,83 @@
+"""The tuning grid: one server start per combination of settings, each under the same
+saturating closed-loop load."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from infbench.engine_settings import kv_cache_bytes
+from infbench.load_client import cycle_requests, run_level
+from infbench.load_sweep import summarize_level
+from infbench.server_metrics import server_kv_facts
+from infbench.vllm_server import ServerError, VLLMServer
+
+
+def grid_cells(grid: dict) -> list[dict]:
+    """Every combination of the grid's settings (max_num_seqs, max_num_batched_tokens, kv_cache_gib)."""
+    keys = sorted(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[key] for key in keys))]
+
+
+def run_tuning(
+    *,
+    engine_args: dict,
+    served_name: str,
+    env: dict,
+    log_dir,
+    workload: list[dict],
+    tuning: dict,
+    server_settings: dict,
+    load: dict,
+    seed: int,
+    tokenizer,
+    prefix_caching: bool,
+    progress=print,
+) -> list[dict]:
+    """One server start per grid cell, each under the same saturating closed-loop load."""
+    requests = cycle_requests(workload, tuning["requests"])
+    cells = []
+    for index, cell in enumerate(grid_cells(tuning["grid"])):
+        args = dict(engine_args)
+        if "kv_cache_gib" in cell:
+            args["kv_cache_memory_bytes"] = kv_cache_bytes(cell["kv_cache_gib"])
+        extra = {key: value for key, value in cell.items() if key != "kv_cache_gib"}
+        with VLLMServer(
+            args,
+            served_name,
+            f"{log_dir}/cell-{index}.log",
+            env=env,
+            extra_args=extra,
+            startup_timeout_s=server_settings["startup_timeout_s"],
+        ) as server:
+            kv = server_kv_facts(server.base_url)
+            run = asyncio.run(
+                run_level(
+                    server.base_url,
+                    served_name,
+                    requests,
+                    concurrency=tuning["concurrency"],
+                    request_rate=None,
+                    seed=seed,
+                    interval_s=load["metrics_interval_s"],
+                    timeout_s=server_settings["request_timeout_s"],
+                )
+            )
+            if not server.alive():
+                raise ServerError(f"the vLLM server died in tuning cell {cell}; see {server.log_path}")
+        level = summarize_level(
+            run,
+            requests,
+            concurrency=tuning["concurrency"],
+            request_rate=None,
+            slo_ms=load["slo_ms"],
+            tokenizer=tokenizer,
+            prefix_caching=prefix_caching,
+        )
+        level.pop("requests")
+        cells.append({"settings": cell, "kv": kv, "startup_s": server.startup_s, **level})
+        progress(
+            f"tuning {cell}: {level['output_throughput']:.1f} output tok/s, "
+            f"peak waiting {level['peak_num_requests_waiting']:.0f}, preemptions {level['preemptions']:.0f}"
+        )
+    return cells
