@@ -1,5 +1,5 @@
 # LLM-inference benchmarking pipeline: model -> workload -> HF baseline -> vLLM offline ->
-# KV-cache allocator analysis -> OpenAI-compatible server under load -> HTML report.
+# OpenAI-compatible server under load -> KV-cache allocator analysis -> HTML report.
 # Run with `snakemake --cores 8`; see README.md.
 
 from snakemake.utils import min_version
@@ -17,11 +17,18 @@ wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
 
 
+# Downloads need the network, and the report is seconds of work: on a cluster both run on
+# the head node (compute nodes often have no internet).
+localrules:
+    download_model,
+    html_report,
+
+
 include: "workflow/rules/model.smk"
 include: "workflow/rules/workload.smk"
 include: "workflow/rules/offline.smk"
-include: "workflow/rules/allocator.smk"
 include: "workflow/rules/serve.smk"
+include: "workflow/rules/allocator.smk"
 include: "workflow/rules/report.smk"
 
 

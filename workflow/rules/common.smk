@@ -1,16 +1,17 @@
-# Helpers shared by the rule files, namely config validation, model lookup, and the list of
-# package modules a rule imports (declared as inputs so code changes trigger reruns).
-# The package `infbench` (src/) is installed editable in the environment by `make setup`.
+# Helpers shared by the stage files (config validation, model lookup, the code each step's
+# numbers depend on) and the one list of every model's artifacts.
+# The package `infbench` (src/) is installed in the environment by `make setup`.
 
+import os
 from pathlib import Path
 
-SRC_DIR = Path(workflow.basedir) / "src"
-REPORT_TEMPLATE = str(Path(workflow.basedir) / "report" / "report.html.j2")
-
-from infbench.config import ConfigError, canonical, resolve_dtype, validate_config
+from infbench.config import ConfigError, canonical, validate_config
+from infbench.hardware import resolve_dtype
 
 try:
-    validate_config(config, Path(workflow.basedir))
+    validate_config(
+        config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml", Path(workflow.basedir)
+    )
 except ConfigError as error:
     raise WorkflowError(f"{error}. Edit config/config.yaml (see config/README.md).") from None
 
@@ -28,13 +29,34 @@ GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
 
 
+def repository_file(*parts):
+    """A file of this repository as an input, relative to the working directory (absolute
+    paths would make results and .snakemake metadata rerun everything once a finished
+    project is copied or moved to another path)."""
+    return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
+
+
+# The package modules each step declares as inputs, so that changing them reruns it, are exactly
+# the modules that compute, select or time the rule's numbers, and everything they import
+# from the package. Not declared anywhere, because they never change a number: how
+# artifacts are validated and written (artifacts.py, schemas/), provenance (provenance.py,
+# hardware.py's probes; the dtype the workflow resolves is a param), errors and logging
+# (errors.py, rule_logging.py) and config checks (config.py). A change to those modules
+# reruns nothing; rerun with --forcerun where an old artifact must gain a new field.
+# tests/test_workflow.py checks each rule's list against its script's imports.
 def package_modules(*names):
-    """The package files a rule's script imports, as inputs: Snakemake tracks script files only."""
-    return [str(SRC_DIR / "infbench" / f"{name}.py") for name in ("__init__", "artifacts", "provenance", *names)]
+    return [repository_file("src", "infbench", f"{name}.py") for name in names]
 
 
 def model_spec(wildcards):
     return MODELS[wildcards.model]
+
+
+def model_download(wildcards):
+    """The download a model is built from; a local folder needs none."""
+    if MODELS[wildcards.model]["source"] == "local":
+        return []
+    return expand(rules.download_model.output[0], model=wildcards.model)[0]
 
 
 def stage_config(wildcards, *sections):
@@ -45,39 +67,43 @@ def stage_config(wildcards, *sections):
     return record
 
 
-def server_outputs():
-    """Named inputs for rules that use the server's results when the server stage is on."""
-    if not config["server"]["enabled"]:
-        return {}
-    return {"server": "results/{model}/server.json", "load": "results/{model}/load.json"}
-
-
-def stage_artifacts(name):
-    """The JSON artifacts of one model that the configured stages produce."""
-    artifacts = [f"resources/models/{name}", f"results/{name}/workload.jsonl"]
+def model_artifacts(name):
+    """{stage: path} of the artifacts the configured stages produce for one model: the one
+    list that rule `all`, the report rule and its script read."""
+    stages = {"model": rules.model.output[0], "workload": rules.workload.output[0]}
     if config["hf_baseline"]["enabled"]:
-        artifacts.append(f"results/{name}/hf_baseline.json")
+        stages["hf_baseline"] = rules.hf_baseline.output[0]
     if config["vllm_offline"]["enabled"]:
-        artifacts += [f"results/{name}/vllm_offline.json", f"results/{name}/allocator.json"]
+        stages["vllm_offline"] = rules.vllm_offline.output[0]
+        stages["allocator"] = rules.allocator.output[0]
     if config["hf_baseline"]["enabled"] and config["vllm_offline"]["enabled"]:
-        artifacts.append(f"results/{name}/comparison.json")
+        stages["comparison"] = rules.compare_offline.output[0]
     if config["server"]["enabled"]:
-        artifacts += [f"results/{name}/server.json", f"results/{name}/load.json"]
+        stages["server"] = rules.serve.output.server
+        stages["load"] = rules.serve.output.load
+        if config["vllm_offline"]["enabled"]:
+            stages["kv_validation"] = rules.kv_validation.output[0]
     if config["tuning"]["enabled"]:
-        artifacts.append(f"results/{name}/tuning.json")
-    return artifacts
+        stages["tuning"] = rules.tuning.output[0]
+    return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
 
 
-def report_artifacts():
-    return [path for name in MODELS for path in stage_artifacts(name)]
+def all_model_artifacts():
+    """{model: {stage: path}} for every configured model, in config order."""
+    return {name: model_artifacts(name) for name in MODELS}
 
 
-def report_benchmarks():
-    """Snakemake's run-time records of the measuring rules, shown in the report's provenance."""
-    rules = [("hf_baseline", "hf_baseline"), ("vllm_offline", "vllm_offline"), ("server", "serve"), ("tuning", "tuning")]
-    return [f"benchmarks/{name}/{rule}.tsv" for name in MODELS for section, rule in rules
-            if config[section]["enabled"]]
+def run_time_records():
+    """Snakemake's benchmark files of the measuring rules, shown in the report's provenance."""
+    measuring = [
+        (config["hf_baseline"]["enabled"], rules.hf_baseline),
+        (config["vllm_offline"]["enabled"], rules.vllm_offline),
+        (config["server"]["enabled"], rules.serve),
+        (config["tuning"]["enabled"], rules.tuning),
+    ]
+    return [expand(measured.benchmark, model=name)[0] for name in MODELS for enabled, measured in measuring if enabled]
 
 
 def final_outputs():
-    return report_artifacts() + ["results/report.html"]
+    paths = [path for artifacts in all_model_artifacts().values() for path in artifacts.values()]
+    return paths + [rules.html_report.output[0]]

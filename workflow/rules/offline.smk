@@ -12,9 +12,9 @@ rule hf_baseline:
             caption="../../report/captions/offline.rst",
         ),
     input:
-        model="resources/models/{model}",
-        workload="results/{model}/workload.jsonl",
-        code=package_modules("engines", "hf_bench", "logging_setup", "metrics", "scenarios", "stats"),
+        model=rules.model.output[0],
+        workload=rules.workload.output[0],
+        code=package_modules("engine_settings", "hf_runner", "metrics", "offline_scenarios", "stats"),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -48,9 +48,9 @@ rule vllm_offline:
             caption="../../report/captions/offline.rst",
         ),
     input:
-        model="resources/models/{model}",
-        workload="results/{model}/workload.jsonl",
-        code=package_modules("engines", "vllm_bench", "logging_setup", "metrics", "scenarios", "stats"),
+        model=rules.model.output[0],
+        workload=rules.workload.output[0],
+        code=package_modules("engine_settings", "vllm_runner", "metrics", "offline_scenarios", "stats"),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -85,11 +85,20 @@ rule compare_offline:
             caption="../../report/captions/comparison.rst",
         ),
     input:
-        hf="results/{model}/hf_baseline.json",
-        vllm="results/{model}/vllm_offline.json",
-        model="resources/models/{model}",
-        workload="results/{model}/workload.jsonl",
-        code=package_modules("compare", "engines", "hf_bench", "logging_setup", "stats", "study"),
+        hf=rules.hf_baseline.output[0],
+        vllm=rules.vllm_offline.output[0],
+        model=rules.model.output[0],
+        workload=rules.workload.output[0],
+        code=package_modules(
+            "engine_settings",
+            "hf_runner",
+            "metrics",
+            "offline_comparison",
+            "offline_scenarios",
+            "same_model_check",
+            "stats",
+            "study_figures",
+        ),
     params:
         agreement_threshold=config["benchmark"]["agreement_threshold"],
         device=config["hardware"]["device"],

@@ -1,5 +1,5 @@
-rule report:
-    """One self-contained HTML page from every artifact (Jinja2 template under report/)."""
+rule html_report:
+    """One self-contained HTML page from every artifact, rendered by the declared template."""
     output:
         report(
             "results/report.html",
@@ -7,16 +7,26 @@ rule report:
             caption="../../report/captions/report.rst",
         ),
     input:
-        artifacts=report_artifacts(),
-        benchmarks=report_benchmarks(),
-        template=REPORT_TEMPLATE,
-        code=package_modules("report", "study"),
+        artifacts=lambda wildcards: [
+            path for artifacts in all_model_artifacts().values() for path in artifacts.values()
+        ],
+        run_times=lambda wildcards: run_time_records(),
+        template=repository_file("report", "report.html.j2"),
+        code=package_modules(
+            "html_report/__init__",
+            "html_report/checks",
+            "html_report/figures",
+            "html_report/render",
+            "html_report/sections",
+            "html_report/tables",
+            "study_figures",
+        ),
     params:
-        models=list(MODELS),
+        artifacts=lambda wildcards: all_model_artifacts(),
         config=config,
     conda:
         SOFTWARE_ENV
     log:
-        "logs/report.log",
+        "logs/html_report.log",
     script:
-        "../../scripts/report.py"
+        "../../scripts/html_report.py"

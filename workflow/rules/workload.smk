@@ -3,7 +3,7 @@ rule workload:
     output:
         "results/{model}/workload.jsonl",
     input:
-        model="resources/models/{model}",
+        model=rules.model.output[0],
         code=package_modules("workload"),
     params:
         workload=config["workload"],
