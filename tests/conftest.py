@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +30,14 @@ def default_config() -> dict:
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
     """The embedded default model, converted by the real `model` code once per cache."""
+    from infbench.model_download import download_model
     from infbench.models import resolve_model
 
-    folder = CACHE / "models" / "smollm2-135m-instruct"
+    spec = {"name": "smollm2-135m-instruct", "source": "embedded"}
+    folder = CACHE / "models" / spec["name"]
     if not (folder / "model.json").is_file():
-        resolve_model({"name": "smollm2-135m-instruct", "source": "embedded"}, folder, CACHE / "downloads")
+        download_model(spec, CACHE / "downloads" / spec["name"])
+        resolve_model(spec, folder, CACHE / "downloads" / spec["name"])
     return folder
 
 
@@ -49,30 +53,25 @@ def tiny_model(embedded_model) -> Path:
     return folder
 
 
+TEST_CONFIG = REPO / ".test" / "config" / "config.yaml"
+
+
 def tiny_config(model_dir: Path, **overrides) -> dict:
-    """The default config scaled down to the tiny model and a handful of requests."""
-    config = load_default_config()
-    config["models"] = [{"name": "tiny", "source": "local", "path": str(model_dir)}]
-    config["engine"]["max_model_len"] = 256
-    config["engine"]["kv_cache_gib"] = 0.25
-    config["workload"]["synthetic"].update(num_requests=4, preset="custom",
-                                           prompt_tokens={"mean": 24, "sigma": 0.5, "min": 4, "max": 64},
-                                           output_tokens={"mean": 12, "sigma": 0.5, "min": 4, "max": 24})
-    config["benchmark"].update(warmup_runs=1, repeats=2, study_max_new_tokens=[16], batch_sizes=[2])
-    config["server"].update(warm_requests=2, startup_timeout_s=240)
-    # The tiny model finishes a level in about a second: scrape often enough to see it busy.
-    config["load"].update(concurrency=[1, 4], request_rates=[4.0], requests_per_level=16, metrics_interval_s=0.05)
-    config["allocator"].update(sharegpt_requests=200)
-    config["tuning"].update(enabled=True, grid={"max_num_seqs": [2, 8]}, requests=8, concurrency=8)
+    """The test configuration (.test/config/config.yaml) on the tiny model, with `overrides`
+    merged into its sections."""
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    config["models"][0]["path"] = str(model_dir)
     for section, values in overrides.items():
         config[section].update(values)
     return config
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run the real snakemake CLI on this repository's Snakefile in `workdir`."""
-    command = [str(Path(sys.executable).parent / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
-               "--directory", str(workdir), *args]
+    """Run the real snakemake CLI in `workdir`: on the workdir's own Snakefile where it is a
+    project (a copy of this repository), on this repository's otherwise."""
+    snakefile = workdir / "Snakefile" if (workdir / "Snakefile").is_file() else REPO / "Snakefile"
+    snakemake_bin = str(Path(sys.executable).parent / "snakemake")
+    command = [snakemake_bin, "--snakefile", str(snakefile), "--directory", str(workdir), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
@@ -83,8 +82,9 @@ def dry_run_jobs(stdout: str) -> dict[str, str]:
     """Rule name -> its indented block (input, output, resources, ...) in a dry run's output."""
     import re
 
-    return {match.group(1): match.group(2)
-            for match in re.finditer(r"^rule (\w+):\n((?:    .*\n?)*)", stdout, flags=re.M)}
+    return {
+        match.group(1): match.group(2) for match in re.finditer(r"^rule (\w+):\n((?:    .*\n?)*)", stdout, flags=re.M)
+    }
 
 
 def write_config(workdir: Path, config: dict) -> Path:
@@ -94,10 +94,47 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
+def copy_checkout(destination: Path) -> Path:
+    """This repository's files as a user's project would hold them (what git tracks, and new
+    files it does not ignore), without results, caches or the virtual environment."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    return destination
+
+
+def model_artifact_paths(workdir: Path, model: str = "tiny") -> dict[str, Path]:
+    """{stage: path} of one model's artifacts present in a finished run."""
+    paths = {"model": workdir / "resources" / "models" / model}
+    paths.update({path.stem: path for path in sorted((workdir / "results" / model).glob("*.json*"))})
+    return paths
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, tiny_model) -> Path:
-    """The whole default pipeline on the tiny model, run once with `--cores 8` like a user."""
-    workdir = tmp_path_factory.mktemp("tiny-run")
+    """The whole pipeline on the tiny model, run once with `--cores 8` like a user, in a
+    project folder of its own: a copy of this checkout with the test configuration."""
+    workdir = copy_checkout(tmp_path_factory.mktemp("tiny-run"))
     write_config(workdir, tiny_config(tiny_model))
     snakemake(workdir, "--cores", "8")
     return workdir
+
+
+# Tests that need a real model, an engine, a server or a pipeline run (any of these fixtures,
+# directly or through another) take minutes: `make test-fast` leaves them out.
+REAL_MODEL_FIXTURES = {"embedded_model", "tiny_model", "tiny_run"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)

@@ -1,21 +1,23 @@
 """The config schema and semantic checks: accepted configs, and refusals that name the key,
 the bad value and what is allowed."""
 
-
 import pytest
-
 from conftest import REPO, load_default_config
-from infbench.config import ConfigError, resolve_dtype, validate_config
+
+from infbench.config import ConfigError, validate_config
+from infbench.hardware import resolve_dtype
+
+CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def refuse(config) -> str:
     with pytest.raises(ConfigError) as caught:
-        validate_config(config, REPO)
+        validate_config(config, CONFIG_SCHEMA, REPO)
     return str(caught.value)
 
 
 def test_default_config_is_valid():
-    validate_config(load_default_config(), REPO)
+    validate_config(load_default_config(), CONFIG_SCHEMA, REPO)
 
 
 def test_hub_and_local_models_are_accepted(tmp_path, default_config):
@@ -24,7 +26,7 @@ def test_hub_and_local_models_are_accepted(tmp_path, default_config):
         {"name": "smollm-135m", "source": "hub", "id": "HuggingFaceTB/SmolLM-135M"},
         {"name": "mine", "source": "local", "path": str(tmp_path)},
     ]
-    validate_config(default_config, REPO)
+    validate_config(default_config, CONFIG_SCHEMA, REPO)
 
 
 @pytest.mark.parametrize(
@@ -38,13 +40,21 @@ def test_hub_and_local_models_are_accepted(tmp_path, default_config):
         (lambda c: c["hardware"].update(dtype="fp8"), ["hardware.dtype", "'fp8'", "float32"]),
         (lambda c: c["benchmark"].update(repeats=1), ["benchmark.repeats", "1", "at least 2"]),
         (lambda c: c["engine"].update(kv_cache_gib=-1), ["engine.kv_cache_gib", "-1", "GiB"]),
-        (lambda c: c["workload"]["synthetic"].update(preset="huge"), ["workload.synthetic.preset", "'huge'", "sharegpt"]),
+        (
+            lambda c: c["workload"]["synthetic"].update(preset="huge"),
+            ["workload.synthetic.preset", "'huge'", "sharegpt"],
+        ),
         (lambda c: c.update(models=[]), ["models", "[]", "non-empty list"]),
-        (lambda c: c.update(models=[{"name": "a b", "source": "embedded"}]), ["models[0].name", "'a b'", "letters, digits"]),
+        (
+            lambda c: c.update(models=[{"name": "a b", "source": "embedded"}]),
+            ["models[0].name", "'a b'", "letters, digits"],
+        ),
         (lambda c: c.update(models=[{"name": "x", "source": "hub"}]), ["models[0]", "'id' is a required property"]),
         (lambda c: c.update(models=[{"name": "x", "source": "embedded"}] * 2), ["name 'x' is used twice"]),
-        (lambda c: c.update(models=[{"name": "x", "source": "local", "path": "/no/such/folder"}]),
-         ["models[0].path", "/no/such/folder", "config.json"]),
+        (
+            lambda c: c.update(models=[{"name": "x", "source": "local", "path": "/no/such/folder"}]),
+            ["models[0].path", "/no/such/folder", "config.json"],
+        ),
         (lambda c: c["engine"].update(block_size=48), ["engine.block_size = 48", "multiple of 32"]),
         (lambda c: c["engine"].update(max_model_len=64), ["study_max_new_tokens", "max_model_len = 64"]),
         (lambda c: c["workload"]["synthetic"].update(preset="custom"), ["workload.synthetic", "required property"]),
@@ -63,18 +73,18 @@ def test_empty_config_is_refused():
 
 
 def test_dtype_auto(monkeypatch):
-    import infbench.config as config_module
+    import infbench.hardware as hardware_module
 
     assert resolve_dtype("float16", "cpu") == "float16"
     assert resolve_dtype("auto", "cuda") == "bfloat16"
-    monkeypatch.setattr(config_module, "native_bf16_cpu", lambda: False)
+    monkeypatch.setattr(hardware_module, "native_bf16_cpu", lambda: False)
     assert resolve_dtype("auto", "cpu") == "float32"
-    monkeypatch.setattr(config_module, "native_bf16_cpu", lambda: True)
+    monkeypatch.setattr(hardware_module, "native_bf16_cpu", lambda: True)
     assert resolve_dtype("auto", "cpu") == "bfloat16"
 
 
 def test_native_bf16_reads_cpu_flags(tmp_path):
-    from infbench.config import native_bf16_cpu
+    from infbench.hardware import native_bf16_cpu
 
     (tmp_path / "avx2").write_text("flags\t\t: fpu avx avx2 fma\n")
     (tmp_path / "bf16").write_text("flags\t\t: fpu avx avx2 avx512f avx512_bf16\n")

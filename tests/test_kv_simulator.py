@@ -7,9 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infbench.allocator import capacity_check, sharegpt_trace, study_reproduction
-from infbench.kvsim import (FirstFit, Strategy, TraceRequest, prefix_sharing_strategies, replay, slots_in_budget,
-                            standard_strategies, static_capacity)
+from infbench.allocator_analysis import capacity_check, sharegpt_trace, study_reproduction
+from infbench.kv_simulator import (
+    FirstFit,
+    Strategy,
+    TraceRequest,
+    prefix_sharing_strategies,
+    replay,
+    slots_in_budget,
+    standard_strategies,
+    static_capacity,
+)
 
 CONTIGUOUS_MAX = Strategy("contiguous_max_model_len", "contiguous", "max_model_len")
 PROMPT_PLUS_MAX = Strategy("contiguous_prompt_plus_max_tokens", "contiguous", "max_tokens")
@@ -28,7 +36,9 @@ def test_the_study_is_reproduced_exactly():
     assert round(table["contiguous_utilisation"] * 100, 1) == 20.3
     assert round(table["paged_utilisation"] * 100, 1) == 95.4
     assert (table["contiguous_users"], table["paged_users"], table["ideal_users"]) == (19, 92, 97)
-    assert table["slots_saved"] == 2016 and round(table["reduction"], 1) == 4.7 and round(table["users_ratio"], 1) == 4.8
+    assert (
+        table["slots_saved"] == 2016 and round(table["reduction"], 1) == 4.7 and round(table["users_ratio"], 1) == 4.8
+    )
     assert result["matches_study"] is True
     # Admitting requests in order instead of dividing by an integer average:
     assert result["by_admission"]["contiguous_users"] == 19 and result["by_admission"]["paged_users"] == 93
@@ -41,8 +51,13 @@ def test_block_128_and_outputs_change_the_picture():
 
 
 def test_capacity_check_matches_vllm_formula():
-    facts = {"block_size": 128, "num_blocks": 364, "kv_capacity_tokens": 46_592,
-             "max_concurrency_at_max_model_len": 91.0, "max_model_len": 512}
+    facts = {
+        "block_size": 128,
+        "num_blocks": 364,
+        "kv_capacity_tokens": 46_592,
+        "max_concurrency_at_max_model_len": 91.0,
+        "max_model_len": 512,
+    }
     assert capacity_check(23_040, 1 << 30, facts)["status"] == "pass"
     assert capacity_check(46_080, 1 << 30, facts)["status"] == "fail"  # fp32 bytes would give 182 blocks
 
@@ -61,8 +76,12 @@ def test_replay_categories_by_hand():
     # One request, prompt 4, output 4, reserve 16 contiguous: 4 steps storing 5..8 tokens.
     result = replay([TraceRequest(4, 4)], CONTIGUOUS_MAX, capacity_slots=16, max_model_len=16)
     assert result.completed == 1 and result.steps == 4
-    assert result.slot_steps == {"token_states": 5 + 6 + 7 + 8, "reservation": 3 + 2 + 1 + 0,
-                                 "internal_fragmentation": 8 * 4, "external_fragmentation": 0}
+    assert result.slot_steps == {
+        "token_states": 5 + 6 + 7 + 8,
+        "reservation": 3 + 2 + 1 + 0,
+        "internal_fragmentation": 8 * 4,
+        "external_fragmentation": 0,
+    }
     paged4 = replay([TraceRequest(4, 4)], paged(4), capacity_slots=16, max_model_len=16)
     assert paged4.slot_steps["token_states"] == 26 and paged4.slot_steps["internal_fragmentation"] == 3 + 2 + 1 + 0
 
@@ -85,9 +104,16 @@ def test_ten_thousand_requests_in_seconds():
 
 
 traces = st.lists(
-    st.builds(lambda p, o, extra, arrival: TraceRequest(p, o, o + extra, arrival),
-              st.integers(1, 120), st.integers(1, 120), st.integers(0, 64), st.integers(0, 50)),
-    min_size=1, max_size=40)
+    st.builds(
+        lambda p, o, extra, arrival: TraceRequest(p, o, o + extra, arrival),
+        st.integers(1, 120),
+        st.integers(1, 120),
+        st.integers(0, 64),
+        st.integers(0, 50),
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -114,22 +140,32 @@ def test_invariants_on_random_traces(trace, budget):
 @given(trace=traces, budget=st.integers(512, 8192))
 def test_capacity_ordering_and_monotonicity(trace, budget):
     max_model_len = 512
-    capacity = {s.name: static_capacity(trace, s, slots_in_budget(s, budget * 64, 64), max_model_len)
-                for s in standard_strategies([8, 16, 32, 128])}
-    assert capacity["contiguous_max_model_len"] <= capacity["contiguous_prompt_plus_max_tokens"] <= capacity["contiguous_oracle"]
+    capacity = {
+        s.name: static_capacity(trace, s, slots_in_budget(s, budget * 64, 64), max_model_len)
+        for s in standard_strategies([8, 16, 32, 128])
+    }
+    assert (
+        capacity["contiguous_max_model_len"]
+        <= capacity["contiguous_prompt_plus_max_tokens"]
+        <= capacity["contiguous_oracle"]
+    )
     assert capacity["contiguous_pow2"] <= capacity["contiguous_oracle"]
     # A finer page never wastes more: each block size divides the next.
     assert capacity["paged_8"] >= capacity["paged_16"] >= capacity["paged_32"] >= capacity["paged_128"]
     # Capacity never decreases as the budget grows.
     for strategy in (CONTIGUOUS_MAX, ORACLE, paged(16), paged(128)):
-        counts = [static_capacity(trace, strategy, slots_in_budget(strategy, b * 64, 64), max_model_len)
-                  for b in (budget, budget * 2, budget * 4)]
+        counts = [
+            static_capacity(trace, strategy, slots_in_budget(strategy, b * 64, 64), max_model_len)
+            for b in (budget, budget * 2, budget * 4)
+        ]
         assert counts == sorted(counts)
 
 
 def test_prefix_sharing_never_needs_more_memory():
     rng = random.Random(1)
-    trace = [TraceRequest(100 + rng.randrange(50), rng.randrange(1, 80), prefix_group=0, prefix_len=100) for _ in range(60)]
+    trace = [
+        TraceRequest(100 + rng.randrange(50), rng.randrange(1, 80), prefix_group=0, prefix_len=100) for _ in range(60)
+    ]
     for plain, shared in zip(*[iter(prefix_sharing_strategies([16, 32]))] * 2):
         assert static_capacity(trace, shared, 4096, 512) >= static_capacity(trace, plain, 4096, 512)
         assert replay(trace, shared, 4096, 512).steps <= replay(trace, plain, 4096, 512).steps
@@ -147,13 +183,13 @@ def test_allocator_rule_on_the_tiny_run(tiny_run):
     assert check["predicted"]["num_blocks"] == engine["num_blocks"]
     assert check["predicted"]["kv_capacity_tokens"] == engine["kv_capacity_tokens"]
     assert {t["name"] for t in analysis["traces"]} == {"workload", "workload_shared_prefix", "sharegpt_like"}
-    assert analysis["live_validation"]["status"] in ("pending", "pass", "warn")
 
 
 def test_live_validation_against_the_server(tiny_run):
-    from infbench.artifacts import read_json
+    from infbench.artifacts import read_json, validate
 
-    live = read_json(tiny_run / "results/tiny/allocator.json")["live_validation"]
+    live = read_json(tiny_run / "results/tiny/kv_validation.json")
+    validate(live, "kv_validation")
     assert live["status"] == "pass", live
     assert {level["max_concurrency"] for level in live["levels"]} == {1, 4}
     for level in live["levels"]:
@@ -163,11 +199,20 @@ def test_live_validation_against_the_server(tiny_run):
 
 
 def test_live_validation_warns_when_the_scrape_saw_nothing():
-    from infbench.allocator import live_validation
+    from infbench.kv_validation import live_validation
 
     requests = [{"prompt_tokens": 10, "output_tokens": 20, "success": True}] * 4
-    load = {"levels": [{"mode": "concurrency", "max_concurrency": 4, "requests": requests,
-                        "peak_kv_cache_usage_perc": 0.0, "metrics_series": [{"t": 0.0}]}]}
+    load = {
+        "levels": [
+            {
+                "mode": "concurrency",
+                "max_concurrency": 4,
+                "requests": requests,
+                "peak_kv_cache_usage_perc": 0.0,
+                "metrics_series": [{"t": 0.0}],
+            }
+        ]
+    }
     live = live_validation(load, {"block_size": 16, "num_blocks": 101}, 256)
     assert live["status"] == "warn" and "no KV usage in 1 of 1 levels" in live["note"]
     assert live["levels"][0]["predicted_peak"] == pytest.approx(8 / 100)  # 4 x ceil(30 / 16) blocks

@@ -7,7 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from infbench.artifacts import validate
-from infbench.engines import vllm_engine_args
+from infbench.engine_settings import vllm_engine_args
+from infbench.model_download import download_model
 from infbench.models import ModelError, kv_bytes_per_token, resolve_model, safetensors_parameter_count
 
 PARIS_PROMPT = "The capital of France is"
@@ -37,7 +38,7 @@ def test_transformers_continues_with_paris(embedded_model):
     model = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.float32)
     inputs = tokenizer(PARIS_PROMPT, return_tensors="pt")
     output = model.generate(**inputs, max_new_tokens=4, do_sample=False)
-    text = tokenizer.decode(output[0, inputs["input_ids"].shape[1]:])
+    text = tokenizer.decode(output[0, inputs["input_ids"].shape[1] :])
     assert text.startswith(" Paris"), text
 
 
@@ -55,7 +56,7 @@ def test_vllm_continues_with_paris(embedded_model, default_config):
 
 
 def test_local_folder_is_linked_not_copied(embedded_model, tmp_path):
-    facts = resolve_model({"name": "mine", "source": "local", "path": str(embedded_model)}, tmp_path / "mine", tmp_path / "dl")
+    facts = resolve_model({"name": "mine", "source": "local", "path": str(embedded_model)}, tmp_path / "mine", None)
     assert (tmp_path / "mine" / "model.safetensors").is_symlink()
     assert facts.source == {"kind": "local", "path": str(embedded_model.resolve())}
     assert facts.num_layers == 30
@@ -64,7 +65,7 @@ def test_local_folder_is_linked_not_copied(embedded_model, tmp_path):
 def test_local_folder_without_config_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelError, match="no config.json"):
-        resolve_model({"name": "x", "source": "local", "path": str(tmp_path / "empty")}, tmp_path / "x", tmp_path / "dl")
+        resolve_model({"name": "x", "source": "local", "path": str(tmp_path / "empty")}, tmp_path / "x", None)
     assert not (tmp_path / "x").exists(), "a failed resolve must not leave a half-written folder"
 
 
@@ -74,10 +75,10 @@ def test_hub_without_network_fails_fast_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     started = time.monotonic()
     with pytest.raises(ModelError) as caught:
-        resolve_model({"name": "smollm", "source": "hub", "id": "HuggingFaceTB/SmolLM-135M"}, tmp_path / "m", tmp_path / "dl")
+        download_model({"name": "smollm", "source": "hub", "id": "HuggingFaceTB/SmolLM-135M"}, tmp_path / "dl")
     assert time.monotonic() - started < 30
     assert "source: local" in str(caught.value)
-    assert not (tmp_path / "m").exists()
+    assert not any((tmp_path / "dl").iterdir())
 
 
 def test_tiny_model_keeps_tokenizer_and_shapes(tiny_model, embedded_model):

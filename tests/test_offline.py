@@ -4,11 +4,11 @@ from datetime import datetime
 
 import pytest
 import torch
+from conftest import dry_run_jobs, snakemake
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import dry_run_jobs, snakemake
 from infbench.artifacts import read_json, read_jsonl, validate
-from infbench.compare import agreement_report, teacher_forced_gaps
+from infbench.same_model_check import same_model_verdict, teacher_forced_gaps
 
 MEASURING_RULES = ("hf_baseline", "vllm_offline")
 
@@ -27,7 +27,17 @@ def test_artifacts_match_their_schemas(artifacts):
 
 def test_fair_fight_settings_are_identical(artifacts):
     hf, vllm = artifacts["hf_baseline"]["settings"], artifacts["vllm_offline"]["settings"]
-    shared = ("dtype", "threads", "pinned_cpus", "decoding", "fixed_output_length", "timer", "warmup_runs", "repeats", "seed")
+    shared = (
+        "dtype",
+        "threads",
+        "pinned_cpus",
+        "decoding",
+        "fixed_output_length",
+        "timer",
+        "warmup_runs",
+        "repeats",
+        "seed",
+    )
     assert {k: hf[k] for k in shared} == {k: vllm[k] for k in shared}
     assert vllm["prefix_caching"] is False
 
@@ -83,11 +93,13 @@ def test_same_model_check_flags_a_different_model(embedded_model, tiny_model):
     outputs = {}
     for rid, prompt in prompts.items():
         ids = tokenizer(prompt, return_tensors="pt")
-        outputs[rid] = full.generate(**ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)[0, ids["input_ids"].shape[1]:].tolist()
+        outputs[rid] = full.generate(**ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)[
+            0, ids["input_ids"].shape[1] :
+        ].tolist()
     same = {rid: teacher_forced_gaps(full, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
     different = {rid: teacher_forced_gaps(other, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
-    assert agreement_report(outputs, outputs, same, 0.9)["flagged"] is False
-    report = agreement_report(outputs, outputs, different, 0.9)
+    assert same_model_verdict(outputs, outputs, same, 0.9)["flagged"] is False
+    report = same_model_verdict(outputs, outputs, different, 0.9)
     assert report["flagged"] is True and report["consistency"] < 0.5
 
 
@@ -100,9 +112,14 @@ def test_measuring_jobs_never_overlap(tiny_run, artifacts):
         assert "bench_slot=1" in jobs[rule], jobs[rule]
     measured = {name: artifacts[name] for name in MEASURING_RULES}
     measured.update({name: read_json(tiny_run / f"results/tiny/{name}.json") for name in ("load", "tuning")})
-    windows = sorted((datetime.fromisoformat(artifact["provenance"]["started"]),
-                      datetime.fromisoformat(artifact["provenance"]["finished"]), name)
-                     for name, artifact in measured.items())
+    windows = sorted(
+        (
+            datetime.fromisoformat(artifact["provenance"]["started"]),
+            datetime.fromisoformat(artifact["provenance"]["finished"]),
+            name,
+        )
+        for name, artifact in measured.items()
+    )
     for (_, first_end, first), (second_start, _, second) in zip(windows, windows[1:]):
         assert first_end <= second_start, f"{first} and {second} overlapped"
 

@@ -9,21 +9,16 @@ import time
 from pathlib import Path
 
 import yaml
+from conftest import REPO, model_artifact_paths, snakemake, tiny_config
 
-from conftest import REPO, snakemake, tiny_config
-from infbench.artifacts import read_json, read_jsonl
-from infbench.report import build_context, render
+from infbench.artifacts import load_model_artifacts
+from infbench.html_report import build_context, render
+from infbench.html_report.figures import figure
+
+TEMPLATE = REPO / "report" / "report.html.j2"
 
 SCREENSHOT_DIR = REPO / "test-output"
 ATTACK = "<script>alert(1)</script>"
-
-
-def load_artifacts(workdir: Path) -> dict:
-    artifacts = {"model": read_json(workdir / "resources/models/tiny/model.json"),
-                 "workload": read_jsonl(workdir / "results/tiny/workload.jsonl")}
-    for path in (workdir / "results/tiny").glob("*.json"):
-        artifacts[path.stem] = read_json(path)
-    return artifacts
 
 
 def jobs_of(dry_run_stdout: str) -> set[str]:
@@ -32,22 +27,31 @@ def jobs_of(dry_run_stdout: str) -> set[str]:
 
 def test_report_has_every_section_with_numbers(tiny_run):
     html = (tiny_run / "results/report.html").read_text()
-    for heading in ("Validity checks", "Overview", "1–2. Hugging Face baseline and vLLM offline",
-                    "3. The KV-cache problem", "4. Paging: what the study left out",
-                    "5. The OpenAI-compatible server under load", "Tuning grid", "Provenance"):
+    for heading in (
+        "Validity checks",
+        "Overview",
+        "1–2. Hugging Face baseline and vLLM offline",
+        "3. The KV-cache problem",
+        "4. Paging: what the study left out",
+        "5. The OpenAI-compatible server under load",
+        "Tuning grid",
+        "Provenance",
+    ):
         assert heading in html, heading
     assert "reproduced exactly" in html and "The study's figures" in html
     images = re.findall(r'<img src="(data:image/png;base64,[^"]+)"', html)
     assert len(images) >= 7
     assert "http://" not in html.replace("http://127.0.0.1", "") and "<link" not in html  # nothing to fetch
-    assert re.search(r"vLLM/HF tok/s, workload_continuous vs workload_sequential</td><td class=\"text\">\d+\.\d\d×", html)
+    assert re.search(
+        r"vLLM/HF tok/s, workload_continuous vs workload_sequential</td><td class=\"text\">\d+\.\d\d×", html
+    )
 
 
 def test_unsafe_text_is_escaped(tiny_run, tmp_path):
-    artifacts = load_artifacts(tiny_run)
+    artifacts = load_model_artifacts(model_artifact_paths(tiny_run))
     artifacts["workload"][0]["prompt"] = ATTACK
     artifacts["server"]["study_request"]["cold"]["text"] = ATTACK
-    html = render(build_context({"tiny": artifacts}, {"note": ATTACK}, []))
+    html = render_page(build_context({"tiny": artifacts}, {"note": ATTACK}, []))
     assert ATTACK not in html
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
     (tmp_path / "attack.html").write_text(html)
@@ -63,9 +67,18 @@ def open_in_browser(page_path: Path, screenshot: Path) -> tuple[list, list]:
     dialogs, errors = [], []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium"), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
+            executable_path=shutil.which("chromium"),
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
         page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
@@ -74,6 +87,11 @@ def open_in_browser(page_path: Path, screenshot: Path) -> tuple[list, list]:
         broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length")
         if broken:
             errors.append(f"{broken} image(s) did not load")
+        clipped = page.evaluate(
+            "Array.from(document.querySelectorAll('img[data-clipped-text]'))"
+            ".map(i => i.alt + ': ' + i.dataset.clippedText)"
+        )
+        errors += [f"text cut off at the edge of a figure: {item}" for item in clipped]
         page.screenshot(path=str(screenshot), full_page=True)
         browser.close()
     return dialogs, errors
@@ -101,8 +119,8 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     changed_load["load"]["requests_per_level"] += 1
     (tmp_path / "load.yaml").write_text(yaml.safe_dump(changed_load))
     dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "load.yaml")).stdout
-    # The load jobs, the allocator (its live check reads load.json) and the report; nothing else.
-    assert jobs_of(dry) == {"serve", "allocator", "report"}
+    # The server stage, the live KV check that reads its load, and the report; not the allocator.
+    assert jobs_of(dry) == {"serve", "kv_validation", "html_report"}
 
     other_model = tmp_path / "tiny-copy"
     shutil.copytree(tiny_model, other_model)
@@ -110,31 +128,100 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     changed_model["models"][0]["path"] = str(other_model)
     (tmp_path / "model.yaml").write_text(yaml.safe_dump(changed_model))
     dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "model.yaml")).stdout
-    assert jobs_of(dry) == {"model", "workload", "hf_baseline", "vllm_offline", "compare_offline", "allocator",
-                            "serve", "tuning", "report"}
+    assert jobs_of(dry) == {
+        "model",
+        "workload",
+        "hf_baseline",
+        "vllm_offline",
+        "compare_offline",
+        "allocator",
+        "serve",
+        "kv_validation",
+        "tuning",
+        "html_report",
+    }
 
-    # A touched template is not a change (Snakemake compares checksums); an edited one is.
-    template = REPO / "report" / "report.html.j2"
+    # Code: a module that computes numbers reruns its rules; provenance and artifact writing rerun nothing.
+    package = tiny_run / "src" / "infbench"
+    for module, expected in (
+        ("kv_validation.py", {"kv_validation", "html_report"}),
+        ("provenance.py", set()),
+        ("artifacts.py", set()),
+    ):
+        original = (package / module).read_text()
+        try:
+            (package / module).write_text(original + "# edited by the rerun test\n")
+            assert jobs_of(snakemake(tiny_run, "--cores", "8", "--dry-run").stdout) == expected, module
+        finally:
+            (package / module).write_text(original)
+
+    # A touched template is not a change (Snakemake compares checksums); an edited one is, and
+    # the template the rule declares is the one rendered.
+    template = tiny_run / "report" / "report.html.j2"
     original = template.read_text()
     os.utime(template)
     assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
     try:
-        template.write_text(original + "{# edited by the rerun test #}\n")
-        assert jobs_of(snakemake(tiny_run, "--cores", "8", "--dry-run").stdout) == {"report"}
+        template.write_text(
+            original.replace(
+                "<h1>LLM inference benchmark report</h1>", "<h1>LLM inference benchmark report (edited)</h1>"
+            )
+        )
+        assert jobs_of(snakemake(tiny_run, "--cores", "8", "--dry-run").stdout) == {"html_report"}
         started = time.monotonic()
         snakemake(tiny_run, "--cores", "8")
         print(f"report rule after a template change: {time.monotonic() - started:.1f} s")
+        assert "(edited)</h1>" in (tiny_run / "results/report.html").read_text()
     finally:
         template.write_text(original)
     snakemake(tiny_run, "--cores", "8")  # back to the real template
     assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
 
 
+def test_a_finished_project_moved_elsewhere_has_nothing_to_do(tiny_run, tmp_path):
+    """Results and .snakemake metadata travel: the whole project copied to another path (as
+    `cp -a` would) reruns nothing there."""
+    moved = tmp_path / "elsewhere" / "project"
+    shutil.copytree(tiny_run, moved, symlinks=True)
+    result = snakemake(moved, "--cores", "8", "--dry-run")
+    assert "Nothing to be done" in result.stdout, result.stdout[-3000:]
+
+
+def test_figure_text_cut_off_is_detected():
+    """The clipping check can fail: a label far longer than its figure is reported."""
+    import pandas as pd
+
+    def draw(ax):
+        ax.plot([0, 1], [0, 1])
+        ax.set_ylabel("a label much too long to fit the height of this small figure " * 3)
+
+    clipped = figure("too long", draw, pd.DataFrame(), size=(3, 2)).clipped_text
+    assert clipped and clipped[0].startswith("a label much too long")
+    assert figure("fits", lambda ax: ax.plot([0, 1], [0, 1]), pd.DataFrame()).clipped_text == []
+
+
 def test_several_models_side_by_side(tiny_run):
-    artifacts = load_artifacts(tiny_run)
+    artifacts = load_model_artifacts(model_artifact_paths(tiny_run))
     other = json.loads(json.dumps(artifacts))
     other["model"]["name"] = "tiny-b"
-    html = render(build_context({"tiny": artifacts, "tiny-b": other}, {}, []))
+    html = render_page(build_context({"tiny": artifacts, "tiny-b": other}, {}, []))
     overview = html.split('id="overview"')[1].split("</table>")[0]
     assert "<th>tiny</th>" in overview and "<th>tiny-b</th>" in overview
     assert 'id="model-tiny"' in html and 'id="model-tiny-b"' in html
+
+
+def render_page(context: dict) -> str:
+    return render(context, TEMPLATE)
+
+
+def test_no_figure_of_the_report_cuts_off_its_text(tiny_run):
+    context = build_context({"tiny": load_model_artifacts(model_artifact_paths(tiny_run))}, {}, [])
+    figures = [
+        f
+        for s in context["sections"]
+        for part in (s["offline"], s["allocator"], s["serving"])
+        if part
+        for f in part["figures"]
+    ]
+    assert len(figures) >= 7
+    assert {f.title: f.clipped_text for f in figures if f.clipped_text} == {}

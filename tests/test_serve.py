@@ -11,16 +11,25 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, snakemake, tiny_config, write_config
-from infbench.artifacts import read_json, validate
-from infbench.engines import engine_env, vllm_engine_args
-from infbench.server import ServerError, VLLMServer, port_is_free
 
-VLLM_FIELDS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-               "output_throughput", "total_token_throughput", "max_concurrency", "request_rate",
-               *(f"{stat}_{metric}_ms" for stat in ("mean", "median", "std", "p99")
-                 for metric in ("ttft", "tpot", "itl", "e2el")))
+from infbench.artifacts import read_json, validate
+from infbench.engine_settings import engine_env, vllm_engine_args
+from infbench.vllm_server import ServerError, VLLMServer, port_is_free
+
+VLLM_FIELDS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_concurrency",
+    "request_rate",
+    *(f"{stat}_{metric}_ms" for stat in ("mean", "median", "std", "p99") for metric in ("ttft", "tpot", "itl", "e2el")),
+)
 
 
 def processes() -> list[tuple[int, int, str, str]]:
@@ -71,7 +80,10 @@ def test_serve_artifacts(tiny_run):
     validate(server, "server")
     validate(load, "load")
     assert server["host"] == "127.0.0.1" and server["startup_s"] > 0
-    assert server["kv"]["num_blocks"] == read_json(tiny_run / "results/tiny/vllm_offline.json")["engine_facts"]["num_blocks"]
+    assert (
+        server["kv"]["num_blocks"]
+        == read_json(tiny_run / "results/tiny/vllm_offline.json")["engine_facts"]["num_blocks"]
+    )
     study = server["study_request"]
     assert study["cold"]["prompt_tokens"] == 7 and study["cold"]["completion_tokens"] == 50  # as in the study
     assert len(study["warm"]) == 2
@@ -80,8 +92,14 @@ def test_serve_artifacts(tiny_run):
     for level in load["levels"]:
         assert all(field in level for field in VLLM_FIELDS)
         assert level["completed"] == 16 and level["failed"] == 0
-        assert {c["name"] for c in level["checks"]} >= {"failed_requests", "short_outputs", "usage_vs_retokenized",
-                                                        "client_cpu", "prefix_cache_hit_rate", "metrics_coverage"}
+        assert {c["name"] for c in level["checks"]} >= {
+            "failed_requests",
+            "short_outputs",
+            "usage_vs_retokenized",
+            "client_cpu",
+            "prefix_cache_hit_rate",
+            "metrics_coverage",
+        }
         assert not [c for c in level["checks"] if c["status"] == "fail"]
         assert any("vllm:kv_cache_usage_perc" in sample for sample in level["metrics_series"])
         asked = {r["request_id"]: r for r in level["requests"]}
@@ -94,10 +112,12 @@ def test_serve_artifacts(tiny_run):
         assert sum(r["output_tokens"] for r in asked.values()) == level["total_output_tokens"]
     assert levels[("concurrency", 4, "inf")]["peak_num_requests_running"] >= 2
     port = server["command"][server["command"].index("--port") + 1]
-    assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], \
+    assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], (
         "the server outlived its rule"
+    )
 
 
+@pytest.mark.slow
 def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
     args = vllm_engine_args(tmp_path / "no-such-model", "float32", default_config["engine"], 0, "cpu")
     server = VLLMServer(args, "missing", tmp_path / "server.log", env=engine_env(2, "cpu"), startup_timeout_s=180)
@@ -123,16 +143,25 @@ def test_port_in_use_is_refused_before_starting(tmp_path, tiny_model, default_co
 
 
 def serve_workdir(tmp_path, tiny_model, requests_per_level=8) -> Path:
-    config = tiny_config(tiny_model, load={"concurrency": [4], "request_rates": [],
-                                           "requests_per_level": requests_per_level})
+    config = tiny_config(
+        tiny_model, load={"concurrency": [4], "request_rates": [], "requests_per_level": requests_per_level}
+    )
     write_config(tmp_path, config)
     snakemake(tmp_path, "--cores", "2", "results/tiny/workload.jsonl")
     return tmp_path
 
 
 def start_snakemake(workdir: Path, target: str) -> subprocess.Popen:
-    command = [str(Path(sys.executable).parent / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
-               "--directory", str(workdir), "--cores", "2", target]
+    command = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        target,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

@@ -43,8 +43,13 @@ def test_counts_come_from_the_tokenizer_and_fit_the_engine(tokenizer):
 def test_presets_differ_as_the_paper_says(tokenizer):
     alpaca = build_workload(tokenizer, workload("alpaca", 300, study=False), 4096, 100, seed=0)
     sharegpt = build_workload(tokenizer, workload("sharegpt", 300, study=False), 4096, 100, seed=0)
-    mean_in = lambda rs: statistics.mean(r.prompt_tokens for r in rs)
-    mean_out = lambda rs: statistics.mean(r.max_tokens for r in rs)
+
+    def mean_in(rs):
+        return statistics.mean(r.prompt_tokens for r in rs)
+
+    def mean_out(rs):
+        return statistics.mean(r.max_tokens for r in rs)
+
     assert mean_in(alpaca) == pytest.approx(PRESETS["alpaca"]["prompt_tokens"]["mean"], rel=0.25)
     assert mean_out(sharegpt) == pytest.approx(PRESETS["sharegpt"]["output_tokens"]["mean"], rel=0.15)
     assert mean_in(sharegpt) > 4 * mean_in(alpaca)
