@@ -1,21 +1,20 @@
-# Two entry points: `make report` (run the pipeline to results/report.html) and `make test`.
-# Both create the virtual environment on first use and reuse it while envs/cpu.lock.txt is unchanged.
+# Entry points: `make report` (run the pipeline to results/report.html), `make test` (every
+# test), `make test-fast` (pure-Python tests, seconds) and `make lint`. Each creates the
+# virtual environment on first use and reuses it while envs/cpu.lock.txt is unchanged.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 8
 LOCK := envs/cpu.lock.txt
-STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml envs/setup-venv.sh | sha1sum | cut -c1-12)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup report test dry-run lock clean-results
+.PHONY: setup report test test-fast lint dry-run lock lock-checksums clean-results
 
 setup: $(STAMP)
 
-$(STAMP): $(LOCK) pyproject.toml
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --no-deps -r $(LOCK)
-	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+$(STAMP): $(LOCK) pyproject.toml envs/setup-venv.sh
+	PYTHON=$(PYTHON) envs/setup-venv.sh $(VENV)
 	@rm -f $(VENV)/.installed-* && touch $@
 	@echo "environment ready: $(VENV)"
 
@@ -25,9 +24,19 @@ report: setup
 dry-run: setup
 	snakemake --cores $(CORES) --dry-run
 
+# The whole tree: Python (ruff lint and format), the rule files (snakefmt), the workflow (snakemake --lint).
+lint: setup
+	ruff check .
+	ruff format --check .
+	snakefmt --check .
+	snakemake --lint
+
 test: setup
 	bash scripts/setup-test-system.sh
 	python -m pytest
+
+test-fast: setup
+	python -m pytest -m "not slow"
 
 # Re-resolve the pinned environment from envs/requirements-cpu.in (needs the package index).
 lock:
@@ -36,6 +45,13 @@ lock:
 	.lock-venv/bin/pip uninstall --yes torchvision torchaudio torchcodec
 	{ sed -n '1,/^[^#]/{/^#/p}' $(LOCK); .lock-venv/bin/pip freeze --all | grep -v "^pip=="; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
 	rm -rf .lock-venv
+	$(MAKE) lock-checksums
+
+# The conda environments' post-deploy scripts carry the checksum of what they install, so
+# that Snakemake (which hashes the YAML and the post-deploy script) rebuilds them on a change.
+lock-checksums:
+	sed -i "s/^LOCK_SHA256=.*/LOCK_SHA256=$$(sha256sum $(LOCK) | cut -d' ' -f1)/" envs/cpu.post-deploy.sh
+	sed -i "s/^REQUIREMENTS_SHA256=.*/REQUIREMENTS_SHA256=$$(sha256sum envs/cuda.requirements.txt | cut -d' ' -f1)/" envs/cuda.post-deploy.sh
 
 clean-results:
 	rm -rf results logs benchmarks

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Run by Snakemake inside the freshly created conda environment envs/cpu.yaml.
+# Snakemake rebuilds an environment when its YAML or this script changes, not when the lock
+# this script installs does: the lock's checksum below ties them together. `make lock`
+# rewrites it, and a lock edited by hand stops here instead of installing a stale mix.
 set -euo pipefail
+LOCK_SHA256=f0532cc606806bc5815ceb91b369e68d81ff1d02cb7be29ec469a157b885b127
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-pip install --no-deps -r "$here/cpu.lock.txt"
-pip install --no-deps --no-build-isolation -e "$here/.."
+if ! echo "$LOCK_SHA256  $here/cpu.lock.txt" | sha256sum --check --status; then
+    echo "error: envs/cpu.lock.txt changed but envs/cpu.post-deploy.sh still names the old lock; run: make lock-checksums" >&2
+    exit 1
+fi
+"$here/setup-venv.sh" "${CONDA_PREFIX:?the conda environment is not active}"
