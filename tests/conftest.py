@@ -54,6 +54,19 @@ def tiny_model(embedded_model) -> Path:
 
 
 TEST_CONFIG = REPO / ".test" / "config" / "config.yaml"
+# Every rule downstream of the model folder, with tuning on as in the test configuration.
+PIPELINE_RULES = {
+    "model",
+    "workload",
+    "hf_baseline",
+    "vllm_offline",
+    "compare_offline",
+    "allocator",
+    "serve",
+    "kv_validation",
+    "tuning",
+    "html_report",
+}
 
 
 def tiny_config(model_dir: Path, **overrides) -> dict:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import yaml
-from conftest import REPO, model_artifact_paths, snakemake, tiny_config
+from conftest import PIPELINE_RULES, REPO, model_artifact_paths, snakemake, tiny_config
 
 from infbench.artifacts import load_model_artifacts
 from infbench.html_report import build_context, render
@@ -128,18 +128,7 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     changed_model["models"][0]["path"] = str(other_model)
     (tmp_path / "model.yaml").write_text(yaml.safe_dump(changed_model))
     dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "model.yaml")).stdout
-    assert jobs_of(dry) == {
-        "model",
-        "workload",
-        "hf_baseline",
-        "vllm_offline",
-        "compare_offline",
-        "allocator",
-        "serve",
-        "kv_validation",
-        "tuning",
-        "html_report",
-    }
+    assert jobs_of(dry) == PIPELINE_RULES
 
     # Code: a module that computes numbers reruns its rules; provenance and artifact writing rerun nothing.
     package = tiny_run / "src" / "infbench"
