@@ -81,8 +81,7 @@ def model_artifacts(name):
     if config["server"]["enabled"]:
         stages["server"] = rules.serve.output.server
         stages["load"] = rules.serve.output.load
-        if config["vllm_offline"]["enabled"]:
-            stages["kv_validation"] = rules.kv_validation.output[0]
+        stages["kv_validation"] = rules.kv_validation.output[0]
     if config["tuning"]["enabled"]:
         stages["tuning"] = rules.tuning.output[0]
     return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
@@ -91,6 +90,11 @@ def model_artifacts(name):
 def all_model_artifacts():
     """{model: {stage: path}} for every configured model, in config order."""
     return {name: model_artifacts(name) for name in MODELS}
+
+
+def artifact_paths():
+    """Every model's artifacts as one list of paths."""
+    return [path for artifacts in all_model_artifacts().values() for path in artifacts.values()]
 
 
 def run_time_records():
@@ -105,5 +109,4 @@ def run_time_records():
 
 
 def final_outputs():
-    paths = [path for artifacts in all_model_artifacts().values() for path in artifacts.values()]
-    return paths + [rules.html_report.output[0]]
+    return artifact_paths() + [rules.html_report.output[0]]

@@ -7,10 +7,8 @@ rule html_report:
             caption="../../report/captions/report.rst",
         ),
     input:
-        artifacts=lambda wildcards: [
-            path for artifacts in all_model_artifacts().values() for path in artifacts.values()
-        ],
-        run_times=lambda wildcards: run_time_records(),
+        artifacts=artifact_paths(),
+        run_times=run_time_records(),
         template=repository_file("report", "report.html.j2"),
         code=package_modules(
             "html_report/__init__",
@@ -22,7 +20,7 @@ rule html_report:
             "study_figures",
         ),
     params:
-        artifacts=lambda wildcards: all_model_artifacts(),
+        artifacts=all_model_artifacts(),
         config=config,
     conda:
         SOFTWARE_ENV
