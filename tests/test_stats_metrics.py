@@ -2,18 +2,18 @@
 
 import math
 
-import numpy as np
 import pytest
 
 from infbench.metrics import RequestResult, aggregate, goodput, itl_from_token_times, tpot
 from infbench.stats import percentile, ratio_of_means, summarize, t_975
 
 
-def test_t_quantiles():
-    assert t_975(1) == 12.706
-    assert t_975(2) == 4.303
-    assert t_975(35) == 2.042  # between rows: the smaller df, a wider interval
-    assert t_975(1000) == 1.960
+def test_t_quantiles_match_published_values():
+    # Two-sided 95 % critical values from NIST/SEMATECH e-Handbook table 1.3.6.7.2 and,
+    # between its rows, R's qt(0.975, df): a table lookup would give 2.042 for df = 35.
+    published = {1: 12.706, 2: 4.303, 3: 3.182, 9: 2.262, 35: 2.030, 100: 1.984, 1000: 1.962}
+    assert {df: round(t_975(df), 3) for df in published} == published
+    assert t_975(10**6) == pytest.approx(1.96, abs=3e-4)
     with pytest.raises(ValueError):
         t_975(0)
 
@@ -22,7 +22,7 @@ def test_summary_by_hand():
     s = summarize([10.0, 12.0, 14.0])
     assert s.mean == 12.0 and s.median == 12.0 and s.min == 10.0 and s.max == 14.0
     assert s.std == pytest.approx(2.0)  # sample std: sqrt(((-2)^2 + 0 + 2^2) / 2)
-    half = 4.303 * 2.0 / math.sqrt(3)
+    half = 4.302653 * 2.0 / math.sqrt(3)
     assert (s.ci95_low, s.ci95_high) == pytest.approx((12 - half, 12 + half))
 
 
@@ -35,16 +35,19 @@ def test_ratio_of_means_delta_method():
     r = ratio_of_means([20.0, 22.0, 24.0], [10.0, 10.0, 10.0])
     assert r["ratio"] == pytest.approx(2.2)
     se_log = math.sqrt(2.0**2 / (3 * 22.0**2))
-    assert r["ci95_high"] == pytest.approx(2.2 * math.exp(4.303 * se_log))
+    assert r["ci95_high"] == pytest.approx(2.2 * math.exp(4.302653 * se_log))
     assert r["ci95_low"] < 2.2 < r["ci95_high"]
     exact = ratio_of_means([3.0, 3.0], [1.5, 1.5])
     assert exact == {"ratio": 2.0, "ci95_low": 2.0, "ci95_high": 2.0}
 
 
-def test_percentile_matches_numpy_linear():
-    values = [1, 2, 3, 4, 10]
-    assert percentile(values, 50) == 3
-    assert percentile(values, 99) == pytest.approx(np.percentile(values, 99))
+def test_percentile_interpolates_linearly_by_hand():
+    # Sorted 1, 2, 3, 4, 10 sit at ranks 0..4; the q-th percentile sits at rank q / 100 * 4.
+    values = [10, 3, 1, 4, 2]
+    assert percentile(values, 50) == 3  # rank 2
+    assert percentile(values, 90) == pytest.approx(4 + 0.6 * (10 - 4))  # rank 3.6
+    assert percentile(values, 99) == pytest.approx(4 + 0.96 * (10 - 4))  # rank 3.96
+    assert percentile(values, 0) == 1 and percentile(values, 100) == 10
     assert math.isnan(percentile([], 50))
 
 
