@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
+    round=r"[2-9]|[1-9]\d+",
 
 
 # Downloads need the network, and the report is seconds of work: on a cluster both run on

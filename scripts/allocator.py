@@ -24,11 +24,11 @@ def main(snakemake):
     )
     analysis["provenance"] = provenance.collect(params.provenance_config, None, started)
     write_json(snakemake.output[0], analysis, schema_name="allocator")
-    check = analysis["capacity_check"]
+    check = analysis["pool_sizing_check"]
     print(f"study reproduced exactly: {analysis['study']['matches_study']}")
     print(
-        f"capacity check against vLLM: {check['status']} (predicted {check['predicted']['num_blocks']} blocks, "
-        f"vLLM {check['vllm']['num_blocks']})"
+        f"vLLM's pool-sizing formula reproduced: {check['status']} "
+        f"(predicted {check['predicted']['num_blocks']} blocks, vLLM {check['vllm']['num_blocks']})"
     )
 
 

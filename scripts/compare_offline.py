@@ -1,4 +1,5 @@
-"""Rule `compare_offline`: vLLM / HF ratios, same-model check, study figures -> comparison.json."""
+"""Rule `compare_offline`: vLLM / HF ratios, like-for-like checks, same-model check, study
+figures -> comparison.json."""
 
 from infbench.artifacts import read_json, read_jsonl, write_json
 from infbench.engine_settings import pin_process
@@ -12,14 +13,28 @@ def main(snakemake):
 
     from infbench.same_model_check import gaps_under_hf
 
-    hf, vllm = read_json(snakemake.input.hf), read_json(snakemake.input.vllm)
+    hf_rounds = [read_json(path) for path in snakemake.input.hf]
+    vllm_rounds = [read_json(path) for path in snakemake.input.vllm]
     gaps = gaps_under_hf(
-        str(snakemake.input.model), params.dtype, read_jsonl(snakemake.input.workload), vllm["greedy_outputs"]
+        str(snakemake.input.model),
+        params.dtype,
+        params.device,
+        read_jsonl(snakemake.input.workload),
+        vllm_rounds[0]["greedy_outputs"],
     )
-    comparison = compare(hf, vllm, gaps, params.agreement_threshold)
+    comparison = compare(
+        hf_rounds,
+        vllm_rounds,
+        gaps,
+        agreement_threshold=params.agreement_threshold,
+        device=params.device,
+        dtype=params.dtype,
+    )
     write_json(snakemake.output[0], comparison, schema_name="comparison")
     for ratio in comparison["ratios"]:
         print(f"{ratio['vllm_scenario']} / {ratio['hf_scenario']}: {ratio['output_throughput']}")
+    for item in comparison["checks"]:
+        print(f"{item['status']}: {item['name']}: {item['detail']}")
     print(comparison["agreement"]["note"])
 
 

@@ -26,7 +26,7 @@ def main(snakemake):
         seed=params.seed,
         prefix_caching=False,
     )
-    runner = HFRunner(str(model_dir), params.dtype, params.threads)
+    runner = HFRunner(str(model_dir), params.dtype, params.threads, params.device)
     artifact = offline_artifact(
         engine="hf",
         model=facts["name"],

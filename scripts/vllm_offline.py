@@ -18,6 +18,7 @@ def main(snakemake):
 
     model_dir = Path(snakemake.input.model)
     facts = read_json(model_dir / "model.json")
+    workload = read_jsonl(snakemake.input.workload)
     runner = VLLMRunner(vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device))
     settings = fair_settings(
         dtype=params.dtype,
@@ -31,10 +32,11 @@ def main(snakemake):
         engine="vllm",
         model=facts["name"],
         runner=runner,
-        workload=read_jsonl(snakemake.input.workload),
+        workload=workload,
         settings=settings,
         kv_bytes_per_token=facts["kv_bytes_per_token"][params.dtype],
     )
+    artifact["natural_output_tokens"] = runner.natural_output_tokens(workload)
     artifact["engine_facts"] = engine_facts(runner.llm, params.engine["max_model_len"], runner.startup_s)
     artifact["engine_facts"]["kv_cache_bytes"] = kv_cache_bytes(params.engine["kv_cache_gib"])
     artifact["provenance"] = provenance.collect(params.provenance_config, params.threads, started, params.device)

@@ -22,7 +22,8 @@ from infbench.workload import PRESETS, lognormal_lengths
 # The PagedAttention paper served OPT-13B with 2048-token sequences; its ShareGPT comparison
 # uses that limit.
 PAPER_MAX_LEN = 2048
-PAPER_TOKEN_STATE_SHARES = {"orca_max": 0.204, "orca_pow2": 0.268, "orca_oracle": 0.382, "vllm": 0.963}
+# Utilisation (token states / allocated KV memory) the paper reports for ShareGPT (its fig. 2).
+PAPER_UTILISATION = {"orca_max": 0.204, "orca_pow2": 0.268, "orca_oracle": 0.382, "vllm": 0.963}
 BUDGET_FACTORS = (0.25, 0.5, 1, 2, 4)
 
 
@@ -117,10 +118,9 @@ def study_reproduction(kv_bytes_per_token: int, budget_bytes: int) -> dict:
 
 
 def workload_trace(workload: list[dict], output_tokens: dict[str, int]) -> list[TraceRequest]:
-    """Prompt lengths from the tokenizer, output lengths from the actual vLLM run."""
-    return [
-        TraceRequest(r["prompt_tokens"], output_tokens.get(r["id"], r["max_tokens"]), r["max_tokens"]) for r in workload
-    ]
+    """Prompt lengths from the tokenizer, output lengths as vLLM produced them when allowed to
+    stop at EOS (capped at max_tokens), max_tokens as the requests asked."""
+    return [TraceRequest(r["prompt_tokens"], output_tokens[r["id"]], r["max_tokens"]) for r in workload]
 
 
 def prefix_sharing_trace(workload: list[dict], output_tokens: dict[str, int], shared_tokens: int) -> list[TraceRequest]:
@@ -128,7 +128,7 @@ def prefix_sharing_trace(workload: list[dict], output_tokens: dict[str, int], sh
     return [
         TraceRequest(
             shared_tokens + r["prompt_tokens"],
-            output_tokens.get(r["id"], r["max_tokens"]),
+            output_tokens[r["id"]],
             r["max_tokens"],
             prefix_group=0,
             prefix_len=shared_tokens,
@@ -189,12 +189,15 @@ def analyse_trace(
         "max_model_len": max_model_len,
         "mean_prompt": sum(r.prompt for r in trace) / len(trace),
         "mean_output": sum(r.output for r in trace) / len(trace),
+        "mean_max_tokens": sum(r.output if r.max_tokens is None else r.max_tokens for r in trace) / len(trace),
         "strategies": rows,
     }
 
 
-def capacity_check(kv_bytes_per_token: int, budget_bytes: int, engine_facts: dict) -> dict:
-    """The simulator's paged pool for vLLM's budget and block size must be vLLM's pool."""
+def pool_sizing_check(kv_bytes_per_token: int, budget_bytes: int, engine_facts: dict) -> dict:
+    """vLLM's own pool-sizing formula, applied with our bytes per token and budget, must give
+    vLLM's pool. This confirms the bytes per token and the budget the simulator uses; it says
+    nothing about how any allocator admits or places requests."""
     block = engine_facts["block_size"]
     strategy = Strategy(f"paged_{block}", "paged", block_size=block)
     slots = slots_in_budget(strategy, budget_bytes, kv_bytes_per_token)
@@ -212,6 +215,7 @@ def capacity_check(kv_bytes_per_token: int, budget_bytes: int, engine_facts: dic
         "budget_bytes": budget_bytes,
         "kv_bytes_per_token": kv_bytes_per_token,
         "formula": "num_blocks = budget_bytes // (kv_bytes_per_token * block_size)",
+        "confirms": "the KV bytes per token and the byte budget the simulator is given (not allocator behaviour)",
         "note": "vLLM keeps one of these blocks as a null block; num_blocks - 1 hold tokens",
     }
 
@@ -228,10 +232,11 @@ def analyse(
     seed: int,
 ) -> dict:
     """The whole allocator analysis: a pure function of the model, the workload, vLLM's
-    offline outputs and pool, and the engine settings."""
+    natural output lengths and pool, and the engine settings."""
     kv_bytes = model_facts["kv_bytes_per_token"][dtype]
-    sequential = next(s for s in vllm_offline["scenarios"] if s["name"] == "workload_sequential")
-    outputs = {r["request_id"]: r["output_tokens"] for r in sequential["requests"]}
+    # The timed runs suppress EOS, so their outputs all reach max_tokens and reserving
+    # max_tokens would look free; the natural lengths show what over-reservation costs.
+    outputs = vllm_offline["natural_output_tokens"]
     strategies = standard_strategies(settings["block_sizes"])
     traces = [
         analyse_trace(
@@ -266,6 +271,6 @@ def analyse(
         "budget_bytes": budget_bytes,
         "study": study_reproduction(kv_bytes, budget_bytes),
         "traces": traces,
-        "paper_token_state_shares": PAPER_TOKEN_STATE_SHARES,
-        "capacity_check": capacity_check(kv_bytes, budget_bytes, vllm_offline["engine_facts"]),
+        "paper_utilisation": PAPER_UTILISATION,
+        "pool_sizing_check": pool_sizing_check(kv_bytes, budget_bytes, vllm_offline["engine_facts"]),
     }

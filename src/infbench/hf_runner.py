@@ -1,19 +1,32 @@
 """Hugging Face Transformers baseline: `generate` on the shared scenarios, greedy, fixed
-output length (min_new_tokens == max_new_tokens), timed with perf_counter, per-token times
-from a streamer."""
+output length (min_new_tokens == max_new_tokens), on the configured device, timed on the
+same clock and between the same events as vLLM (see `TIMING`)."""
 
 from __future__ import annotations
-
-import time
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.generation.streamers import BaseStreamer
 
+from infbench.engine_report import CLOCK, TIMING, thread_cpus
 from infbench.metrics import RequestResult, itl_from_token_times
 from infbench.offline_scenarios import BatchRun
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def stop_token_ids(model, tokenizer) -> set[int]:
+    """The ids that end a generation: the tokenizer's EOS and the generation config's."""
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def count_generated(token_ids: list[int], excluded: set[int]) -> int:
+    """Tokens generated before the first stop or padding token: what was really produced."""
+    return next((i for i, token in enumerate(token_ids) if token in excluded), len(token_ids))
 
 
 class TokenTimer(BaseStreamer):
@@ -28,7 +41,7 @@ class TokenTimer(BaseStreamer):
         if not self.prompt_seen:
             self.prompt_seen = True
             return
-        self.token_times.append(time.perf_counter())
+        self.token_times.append(CLOCK())
 
     def end(self):
         pass
@@ -36,22 +49,34 @@ class TokenTimer(BaseStreamer):
 
 class HFRunner:
     name = "hf"
+    timing = {**TIMING, "token_times_from": "a generate() streamer, called with each step's tokens once on the host"}
 
-    def __init__(self, model_dir: str, dtype: str, threads: int):
+    def __init__(self, model_dir: str, dtype: str, threads: int, device: str):
         torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[dtype]).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[dtype]).to(device).eval()
+        self.not_generated = stop_token_ids(self.model, self.tokenizer) | {self.tokenizer.pad_token_id}
+
+    def engine_report(self) -> dict:
+        """Where the model really is, read from its weights, not from the config."""
+        weights = next(self.model.parameters())
+        return {
+            "device": weights.device.type,
+            "dtype": str(weights.dtype).removeprefix("torch."),
+            "cpus": thread_cpus(),
+            "torch_threads": torch.get_num_threads(),
+        }
 
     def run_batch(self, batch: list[dict]) -> BatchRun:
         """One generate() call for a group. A static batch runs until its longest request is
-        done; each request counts only the tokens it asked for. The padded cache holds
-        batch x (longest prompt + new tokens) token slots at its end."""
-        encoded = self.tokenizer([r["prompt"] for r in batch], return_tensors="pt", padding=True)
+        done; each request counts the tokens it really got, up to the number it asked for.
+        The padded cache holds batch x (longest prompt + new tokens) token slots at its end."""
         new_tokens = max(r["max_tokens"] for r in batch)
         timer = TokenTimer()
-        started = time.perf_counter()
+        started = CLOCK()
+        encoded = self.tokenizer([r["prompt"] for r in batch], return_tensors="pt", padding=True).to(self.model.device)
         with torch.inference_mode():
             output = self.model.generate(
                 **encoded,
@@ -64,17 +89,17 @@ class HFRunner:
                 top_p=None,
                 top_k=None,
             )
-        finished = time.perf_counter()
         prompt_len = encoded["input_ids"].shape[1]
-        results, token_ids = [], []
+        token_ids = []
         for row, request in enumerate(batch):
-            own = request["max_tokens"]
-            ttft, itl = itl_from_token_times(started, timer.token_times[:own])
-            # The caller gets every answer when the batch returns: that is each request's E2E.
-            results.append(
-                RequestResult(
-                    request["id"], int(encoded["attention_mask"][row].sum()), own, ttft, finished - started, itl
-                )
-            )
-            token_ids.append(output[row, prompt_len : prompt_len + own].tolist())
+            asked = output[row, prompt_len : prompt_len + request["max_tokens"]].tolist()
+            token_ids.append(asked[: count_generated(asked, self.not_generated)])
+        self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)  # vLLM returns text too
+        returned = CLOCK()
+        results = []
+        for row, (request, ids) in enumerate(zip(batch, token_ids)):
+            ttft, itl = itl_from_token_times(started, timer.token_times[: len(ids)])
+            e2el = timer.token_times[len(ids) - 1] - started if ids else returned - started
+            prompt_tokens = int(encoded["attention_mask"][row].sum())
+            results.append(RequestResult(request["id"], prompt_tokens, len(ids), ttft, e2el, itl))
         return BatchRun(results, token_ids, kv_tokens_held=len(batch) * (prompt_len + new_tokens))

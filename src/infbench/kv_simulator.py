@@ -68,7 +68,8 @@ def prefix_sharing_strategies(block_sizes: list[int]) -> list[Strategy]:
 
 
 def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+    """The smallest power of two >= n (0 for 0)."""
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
 def reservation(strategy: Strategy, request: TraceRequest, max_model_len: int) -> int:
@@ -78,7 +79,9 @@ def reservation(strategy: Strategy, request: TraceRequest, max_model_len: int) -
     if strategy.reserve == "max_tokens":
         return request.prompt + (request.max_tokens if request.max_tokens is not None else request.output)
     if strategy.reserve == "pow2":
-        return min(next_pow2(request.final), max(max_model_len, request.final))
+        # Orca (Pow2) as the PagedAttention paper runs it: the prompt plus the true output
+        # length rounded up to a power of two (at most 2x over-reservation of the output).
+        return min(request.prompt + next_pow2(request.output), max(max_model_len, request.final))
     if strategy.reserve == "oracle":
         return request.final
     raise ValueError(f"unknown reservation {strategy.reserve!r}")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+from infbench.checks import check
 from infbench.load_client import LevelRun
 
 CLIENT_CPU_WARN = 0.8  # share of one core the client may use before its timing is suspect
 DISPATCH_LAG_WARN_S = 0.05
-
-
-def check(name: str, status: str, value, detail: str) -> dict:
-    return {"name": name, "status": status, "value": value, "detail": detail}
 
 
 def validity_checks(run: LevelRun, requests, tokenizer, request_rate: float | None, prefix_caching: bool) -> list[dict]:

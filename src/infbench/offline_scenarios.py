@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import psutil
 from tqdm import tqdm
 
+from infbench.engine_report import CLOCK
 from infbench.metrics import RequestResult, aggregate
 from infbench.stats import summarize
 
 log = logging.getLogger(__name__)
+
+# What the offline intervals cover: repeats run back to back in one process, so they hold
+# that process's noise, not drift between jobs or a fresh engine's start.
+INTERVAL_SCOPE = "repeats back to back in one process: within-process noise only"
 
 # Scenario metrics summarized over repeats (mean, std, 95 % CI).
 SUMMARIZED = (
@@ -127,6 +131,9 @@ class ScenarioRecord:
     peak_rss_bytes: int = 0
     extra: dict = field(default_factory=dict)
 
+    def asked(self) -> dict[str, int]:
+        return {r["id"]: r["max_tokens"] for batch in self.scenario.batches for r in batch}
+
     def add_repeat(self, results: list[RequestResult], duration_s: float, peak_rss: int) -> None:
         self.repeats.append(aggregate(results, duration_s))
         self.last_requests = results
@@ -142,7 +149,7 @@ class ScenarioRecord:
             "repeats": self.repeats,
             "summary": {key: summarize(r[key] for r in self.repeats).to_json() for key in SUMMARIZED},
             "peak_rss_bytes": self.peak_rss_bytes,
-            "requests": [r.to_json() for r in self.last_requests],
+            "requests": [{**r.to_json(), "max_tokens": self.asked()[r.request_id]} for r in self.last_requests],
             **self.extra,
         }
 
@@ -156,8 +163,11 @@ class BatchRun:
 
 class Runner(Protocol):
     name: str
+    timing: dict  # what its TTFT, E2EL and duration measure, and where its token times come from
 
     def run_batch(self, batch: list[dict]) -> BatchRun: ...
+
+    def engine_report(self) -> dict: ...
 
 
 def run_scenarios(
@@ -175,7 +185,7 @@ def run_scenarios(
         for repeat in tqdm(range(repeats), desc=f"{runner.name} {scenario.name}", unit="repeat"):
             results = []
             with RssSampler() as rss:
-                started = time.perf_counter()
+                started = CLOCK()
                 for batch in scenario.batches:
                     run = runner.run_batch(batch)
                     results += run.results
@@ -183,7 +193,7 @@ def run_scenarios(
                         kv_tokens_held = max(kv_tokens_held or 0, run.kv_tokens_held)
                     if scenario.kind == "sequential" and repeat == 0:
                         outputs.update({r["id"]: ids for r, ids in zip(batch, run.token_ids)})
-                duration = time.perf_counter() - started
+                duration = CLOCK() - started
             record.add_repeat(results, duration, rss.peak)
         if kv_tokens_held is not None:
             record.extra["kv_cache_tokens_held"] = kv_tokens_held
@@ -199,14 +209,24 @@ def offline_artifact(
     *, engine: str, model: str, runner: Runner, workload: list[dict], settings: dict, kv_bytes_per_token: int
 ) -> dict:
     """Run the shared scenarios on one engine and assemble its artifact (provenance is added
-    by the caller). `settings` holds the fair-fight settings recorded for both engines."""
+    by the caller). `settings` holds the fair-fight settings recorded for both engines;
+    `engine_report` and `timing` are what the engine itself reports and how it was timed."""
     scenarios = build_scenarios(
         workload, settings["study_max_new_tokens"], settings["batch_sizes"], continuous=engine == "vllm"
     )
     records, outputs = run_scenarios(
         runner, scenarios, settings["warmup_runs"], settings["repeats"], kv_bytes_per_token
     )
-    return {"engine": engine, "model": model, "settings": settings, "scenarios": records, "greedy_outputs": outputs}
+    return {
+        "engine": engine,
+        "model": model,
+        "settings": settings,
+        "engine_report": runner.engine_report(),
+        "timing": runner.timing,
+        "interval_scope": INTERVAL_SCOPE,
+        "scenarios": records,
+        "greedy_outputs": outputs,
+    }
 
 
 def fair_settings(
@@ -219,7 +239,6 @@ def fair_settings(
         "pinned_cpus": cpus,
         "decoding": "greedy",
         "fixed_output_length": True,  # HF min_new_tokens == max_new_tokens; vLLM ignore_eos
-        "timer": "time.perf_counter",
         "warmup_runs": benchmark["warmup_runs"],
         "repeats": benchmark["repeats"],
         "study_max_new_tokens": benchmark["study_max_new_tokens"],

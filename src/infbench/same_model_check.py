@@ -1,5 +1,10 @@
-"""Do HF and vLLM run the same model? Teacher forcing: HF scores vLLM's greedy continuation
-and counts the tokens HF would also pick, or that are within a near-tie of its pick."""
+"""Do HF and vLLM run the same weights? Teacher forcing: HF scores vLLM's greedy continuation
+and counts the tokens HF would also pick, or that are within a near-tie of its pick.
+
+What it separates, shown by tests: another model's weights (flagged) from the same weights
+under other kernels (passes). It does not separate dtypes: float32 and bfloat16 runs of one
+model agree within near-ties, so each engine's dtype is checked from what the engine reports
+instead (offline_comparison.like_for_like_checks)."""
 
 from __future__ import annotations
 
@@ -21,16 +26,22 @@ def token_agreement(reference: list[int], candidate: list[int]) -> dict:
 NEAR_TIE_LOGITS = 0.5
 
 
-def teacher_forced_gaps(model, tokenizer, prompt: str, continuation: list[int]) -> list[float]:
+def teacher_forced_gaps(
+    model, tokenizer, prompt: str, continuation: list[int], suppressed: set[int] = frozenset()
+) -> list[float]:
     """For each token of `continuation`: HF's best logit minus the logit HF gives that token,
-    with the prompt and the preceding continuation tokens as context (0 = HF's own pick)."""
+    with the prompt and the preceding continuation tokens as context (0 = HF's own pick).
+    `suppressed` tokens cannot be HF's pick: vLLM generated with them masked (ignore_eos and
+    min_tokens mask EOS and stop tokens), so HF must choose among the same tokens."""
     import torch
 
     prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    ids = torch.tensor([prompt_ids + continuation])
+    ids = torch.tensor([prompt_ids + continuation], device=model.device)
     with torch.inference_mode():
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
-    chosen = logits.gather(1, torch.tensor(continuation).unsqueeze(1)).squeeze(1)
+        if suppressed:
+            logits[:, sorted(suppressed)] = float("-inf")
+    chosen = logits.gather(1, torch.tensor(continuation, device=model.device).unsqueeze(1)).squeeze(1)
     return (logits.max(dim=1).values - chosen).tolist()
 
 
@@ -64,7 +75,7 @@ def same_model_verdict(hf_outputs: dict, vllm_outputs: dict, gaps: dict[str, lis
         "flagged": flagged,
         "note": (
             f"only {consistency:.0%} of vLLM's greedy tokens are HF's choice or within {NEAR_TIE_LOGITS} "
-            "logits of it: the engines are probably not running the same model or dtype"
+            "logits of it: the engines are probably not running the same weights"
             if flagged
             else f"{consistency:.0%} of vLLM's greedy tokens are HF's choice or a near-tie (within "
             f"{NEAR_TIE_LOGITS} logits); free-running outputs diverge after such ties"
@@ -72,17 +83,19 @@ def same_model_verdict(hf_outputs: dict, vllm_outputs: dict, gaps: dict[str, lis
     }
 
 
-def gaps_under_hf(model_dir: str, dtype: str, workload: list[dict], vllm_outputs: dict) -> dict:
-    """Teacher-forced gaps of vLLM's greedy outputs under the HF model in the same dtype."""
+def gaps_under_hf(model_dir: str, dtype: str, device: str, workload: list[dict], vllm_outputs: dict) -> dict:
+    """Teacher-forced gaps of vLLM's greedy outputs under the HF model in the same dtype, with
+    the stop tokens vLLM suppressed masked."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from infbench.hf_runner import TORCH_DTYPES
+    from infbench.hf_runner import TORCH_DTYPES, stop_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[dtype]).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[dtype]).to(device).eval()
+    suppressed = stop_token_ids(model, tokenizer)
     prompts = {r["id"]: r["prompt"] for r in workload}
     return {
-        rid: teacher_forced_gaps(model, tokenizer, prompts[rid], tokens)
+        rid: teacher_forced_gaps(model, tokenizer, prompts[rid], tokens, suppressed)
         for rid, tokens in vllm_outputs.items()
         if rid in prompts and tokens
     }

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+
 def t_two_sided_coverage(t: float, df: int) -> float:
     """P(|T| <= t) for Student's t with integer `df` degrees of freedom, in closed form
     (Abramowitz & Stegun 26.7.3-4), with theta = atan(t / sqrt(df)):
@@ -98,6 +99,22 @@ def ratio_of_means(numerator, denominator) -> dict:
     se_log = math.sqrt(a.std**2 / (a.n * a.mean**2) + b.std**2 / (b.n * b.mean**2))
     spread = math.exp(t_975(min(a.n, b.n) - 1) * se_log)
     return {"ratio": ratio, "ci95_low": ratio / spread, "ci95_high": ratio * spread}
+
+
+def paired_ratio(numerator, denominator) -> dict:
+    """Ratio of paired measurements (a_i, b_i taken side by side) with a 95 % CI on the log
+    scale, so that drift both members of a pair share cancels:
+
+    d_i = ln(a_i / b_i),  r = exp(mean(d))  (the geometric mean of the per-pair ratios)
+    CI = exp(mean(d) +- t_{0.975, n-1} * sd(d) / sqrt(n))
+    """
+    logs = [math.log(a / b) for a, b in zip(numerator, denominator, strict=True)]
+    summary = summarize(logs)
+    return {
+        "ratio": math.exp(summary.mean),
+        "ci95_low": math.exp(summary.ci95_low),
+        "ci95_high": math.exp(summary.ci95_high),
+    }
 
 
 def percentile(values, q: float) -> float:

@@ -1,13 +1,18 @@
 """vLLM offline inference (`vllm.LLM`) on the shared scenarios, greedy with a fixed output
-length (ignore_eos), per-request TTFT/TPOT from RequestOutput.metrics."""
+length (ignore_eos), per-request TTFT and E2EL from the engine core's token timestamps, on
+the same clock and between the same events as the HF baseline (see `TIMING`)."""
 
 from __future__ import annotations
 
 import math
-import time
 
+from infbench.engine_report import CLOCK, TIMING, child_thread_cpus, clock_name
 from infbench.metrics import RequestResult
 from infbench.offline_scenarios import BatchRun
+
+
+class ClockMismatch(RuntimeError):
+    pass
 
 
 def engine_facts(llm, max_model_len: int, startup_s: float) -> dict:
@@ -27,25 +32,41 @@ def engine_facts(llm, max_model_len: int, startup_s: float) -> dict:
     }
 
 
-def request_result(request: dict, output) -> RequestResult:
-    """TTFT is measured by the engine's front end from arrival; the decode span comes from the
-    engine core's monotonic first/last token timestamps: E2EL = TTFT + (last - first)."""
+def request_result(request: dict, output, started: float, returned: float) -> RequestResult:
+    """TTFT = first_token_ts - started, E2EL = last_token_ts - started, where the engine
+    core's timestamps are time.monotonic() readings in its own process."""
     metrics = output.metrics
+    first, last = float(metrics.first_token_ts), float(metrics.last_token_ts)
+    if not started <= first <= last <= returned:
+        raise ClockMismatch(
+            f"vLLM's token timestamps ({first:.3f}, {last:.3f}) fall outside the generate() call "
+            f"({started:.3f}-{returned:.3f}) on {clock_name()}: this vLLM no longer stamps tokens with "
+            "time.monotonic; update infbench.vllm_runner to its clock"
+        )
     tokens = len(output.outputs[0].token_ids)
-    ttft = float(metrics.first_token_latency)
-    e2el = ttft + float(metrics.last_token_ts - metrics.first_token_ts)
-    return RequestResult(request["id"], len(output.prompt_token_ids), tokens, ttft, e2el)
+    return RequestResult(request["id"], len(output.prompt_token_ids), tokens, first - started, last - started)
 
 
 class VLLMRunner:
     name = "vllm"
+    timing = {**TIMING, "token_times_from": "the engine core's output timestamps (metrics.first/last_token_ts)"}
 
     def __init__(self, engine_args: dict):
         from vllm import LLM
 
-        started = time.perf_counter()
+        started = CLOCK()
         self.llm = LLM(**engine_args)
-        self.startup_s = time.perf_counter() - started
+        self.startup_s = CLOCK() - started
+
+    def engine_report(self) -> dict:
+        """The device vLLM's platform detection chose and the dtype its model config resolved."""
+        from vllm.platforms import current_platform
+
+        return {
+            "device": current_platform.device_type,
+            "dtype": str(self.llm.llm_engine.vllm_config.model_config.dtype).removeprefix("torch."),
+            "cpus": child_thread_cpus(),
+        }
 
     def run_batch(self, batch: list[dict]) -> BatchRun:
         from vllm import SamplingParams
@@ -54,7 +75,19 @@ class VLLMRunner:
             SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], min_tokens=r["max_tokens"], ignore_eos=True)
             for r in batch
         ]
+        started = CLOCK()
         outputs = self.llm.generate([r["prompt"] for r in batch], params, use_tqdm=False)
+        returned = CLOCK()
         return BatchRun(
-            [request_result(r, o) for r, o in zip(batch, outputs)], [list(o.outputs[0].token_ids) for o in outputs]
+            [request_result(r, o, started, returned) for r, o in zip(batch, outputs)],
+            [list(o.outputs[0].token_ids) for o in outputs],
         )
+
+    def natural_output_tokens(self, workload: list[dict]) -> dict[str, int]:
+        """Untimed: how many tokens each request gets when it may stop at EOS, capped at its
+        max_tokens. The allocator's trace needs these; the timed runs suppress EOS."""
+        from vllm import SamplingParams
+
+        params = [SamplingParams(temperature=0.0, max_tokens=r["max_tokens"]) for r in workload]
+        outputs = self.llm.generate([r["prompt"] for r in workload], params, use_tqdm=False)
+        return {r["id"]: len(o.outputs[0].token_ids) for r, o in zip(workload, outputs)}

@@ -26,6 +26,7 @@ MODELS = {model["name"]: model for model in config["models"]}
 # rules request from a cluster scheduler (the SLURM executor maps `gpu` to --gpus).
 SOFTWARE_ENV = "../../envs/cuda.yaml" if config["hardware"]["device"] == "cuda" else "../../envs/cpu.yaml"
 GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
+ROUNDS = config["benchmark"]["rounds"]
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
 
 
@@ -57,6 +58,26 @@ def model_download(wildcards):
     if MODELS[wildcards.model]["source"] == "local":
         return []
     return expand(rules.download_model.output[0], model=wildcards.model)[0]
+
+
+def offline_rounds(engine):
+    """Every round of one offline engine (benchmark.rounds): round 1 is its main artifact,
+    later rounds rerun it in fresh jobs."""
+    first, later = {
+        "hf": ("results/{model}/hf_baseline.json", "results/{model}/offline_rounds/hf_baseline_{round}.json"),
+        "vllm": ("results/{model}/vllm_offline.json", "results/{model}/offline_rounds/vllm_offline_{round}.json"),
+    }[engine]
+    return [first] + [expand(later, round=number, allow_missing=True)[0] for number in range(2, ROUNDS + 1)]
+
+
+def interleaved_after(engine, wildcards):
+    """The round that must finish before this one starts: HF round k after vLLM round k - 1,
+    vLLM round k after HF round k. Nothing with a single round."""
+    if ROUNDS == 1:
+        return []
+    number = int(wildcards.get("round", 1))
+    previous = offline_rounds("vllm")[number - 2] if engine == "hf" else offline_rounds("hf")[number - 1]
+    return [] if engine == "hf" and number == 1 else expand(previous, model=wildcards.model)
 
 
 def stage_config(wildcards, *sections):

@@ -1,5 +1,7 @@
 # Offline baselines: Transformers generate() vs vllm.LLM on the same scenarios, then their
 # comparison. Measuring rules take the whole `bench_slot` resource so they never overlap.
+# With benchmark.rounds > 1 both engines run again in fresh jobs, interleaved through their
+# inputs (HF 1, vLLM 1, HF 2, vLLM 2, ...), for intervals across processes.
 
 
 rule hf_baseline:
@@ -14,7 +16,8 @@ rule hf_baseline:
     input:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
-        code=package_modules("engine_settings", "hf_runner", "metrics", "offline_scenarios", "stats"),
+        code=package_modules("engine_report", "engine_settings", "hf_runner", "metrics", "offline_scenarios", "stats"),
+        after=lambda wildcards: interleaved_after("hf", wildcards),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -50,7 +53,8 @@ rule vllm_offline:
     input:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
-        code=package_modules("engine_settings", "vllm_runner", "metrics", "offline_scenarios", "stats"),
+        code=package_modules("engine_report", "engine_settings", "vllm_runner", "metrics", "offline_scenarios", "stats"),
+        after=lambda wildcards: interleaved_after("vllm", wildcards),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -75,6 +79,24 @@ rule vllm_offline:
         "../../scripts/vllm_offline.py"
 
 
+use rule hf_baseline as hf_baseline_round with:
+    output:
+        "results/{model}/offline_rounds/hf_baseline_{round}.json",
+    log:
+        "logs/hf_baseline/{model}_round{round}.log",
+    benchmark:
+        "benchmarks/{model}/hf_baseline_round{round}.tsv"
+
+
+use rule vllm_offline as vllm_offline_round with:
+    output:
+        "results/{model}/offline_rounds/vllm_offline_{round}.json",
+    log:
+        "logs/vllm_offline/{model}_round{round}.log",
+    benchmark:
+        "benchmarks/{model}/vllm_offline_round{round}.tsv"
+
+
 rule compare_offline:
     """vLLM / HF ratios with confidence intervals, greedy agreement, and the study's figures."""
     output:
@@ -85,11 +107,13 @@ rule compare_offline:
             caption="../../report/captions/comparison.rst",
         ),
     input:
-        hf=rules.hf_baseline.output[0],
-        vllm=rules.vllm_offline.output[0],
+        hf=offline_rounds("hf"),
+        vllm=offline_rounds("vllm"),
         model=rules.model.output[0],
         workload=rules.workload.output[0],
         code=package_modules(
+            "checks",
+            "engine_report",
             "engine_settings",
             "hf_runner",
             "metrics",

@@ -17,6 +17,7 @@ rule serve:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
         code=package_modules(
+            "checks",
             "engine_settings",
             "load_checks",
             "load_client",
@@ -67,6 +68,7 @@ rule tuning:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
         code=package_modules(
+            "checks",
             "engine_settings",
             "load_checks",
             "load_client",

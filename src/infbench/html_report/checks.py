@@ -16,16 +16,16 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
             checks.append({"model": model, "stage": f"load {level_label(level)}", **item})
     allocator = artifacts.get("allocator")
     if allocator:
-        capacity = allocator["capacity_check"]
+        pool = allocator["pool_sizing_check"]
         checks.append(
             {
                 "model": model,
                 "stage": "allocator",
-                "name": "simulated pool = vLLM's pool",
-                "status": capacity["status"],
-                "value": capacity["predicted"]["num_blocks"],
-                "detail": f"predicted {capacity['predicted']['num_blocks']} blocks, vLLM reported "
-                f"{capacity['vllm']['num_blocks']}",
+                "name": "vLLM's pool-sizing formula reproduced",
+                "status": pool["status"],
+                "value": pool["predicted"]["num_blocks"],
+                "detail": f"{pool['formula']} gives {pool['predicted']['num_blocks']} blocks, vLLM allocated "
+                f"{pool['vllm']['num_blocks']}: confirms {pool['confirms']}",
             }
         )
         checks.append(
@@ -57,12 +57,13 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
         )
     comparison = artifacts.get("comparison")
     if comparison:
+        checks += [{"model": model, "stage": "offline", **item} for item in comparison["checks"]]
         agreement = comparison["agreement"]
         checks.append(
             {
                 "model": model,
                 "stage": "offline",
-                "name": "HF and vLLM run the same model",
+                "name": "HF and vLLM run the same weights",
                 "status": "fail" if agreement["flagged"] else "pass",
                 "value": agreement.get("consistency"),
                 "detail": agreement["note"],

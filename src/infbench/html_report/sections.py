@@ -77,6 +77,21 @@ def offline_section(hf: dict | None, vllm: dict | None, comparison: dict | None)
                 "what it answers": ratio["meaning"],
             }
         )
+    rounds = []
+    interleaved = (comparison or {}).get("interleaved_rounds")
+    for ratio in (interleaved or {}).get("ratios", []):
+        within, across = ratio["round_1_within_process"], ratio["across_rounds"]
+        rounds.append(
+            {
+                "vLLM scenario": ratio["vllm_scenario"],
+                "HF scenario": ratio["hf_scenario"],
+                "round 1 ratio": within["ratio"],
+                "round 1 ci95 (within process)": f"[{within['ci95_low']:.2f}, {within['ci95_high']:.2f}]",
+                "per-round ratios": ", ".join(f"{r:.2f}" for r in ratio["round_ratios"]),
+                "paired ratio": across["ratio"],
+                "ci95 across rounds": f"[{across['ci95_low']:.2f}, {across['ci95_high']:.2f}]",
+            }
+        )
     study_rows = [
         {"scenario": f["scenario"], "engine": f["engine"], "output tok/s (study)": f["output_tok_s"]}
         for f in study_figures.OFFLINE["figures"]
@@ -85,10 +100,16 @@ def offline_section(hf: dict | None, vllm: dict | None, comparison: dict | None)
         "table": table,
         "figures": figures,
         "ratios": pd.DataFrame(ratios),
+        "ratio_scope": ((comparison or {}).get("ratios") or [{}])[0].get("interval_scope"),
+        "rounds": pd.DataFrame(rounds),
+        "rounds_scope": (interleaved or {}).get("interval_scope"),
+        "round_count": (interleaved or {}).get("rounds", 1),
         "study": pd.DataFrame(study_rows),
         "agreement": (comparison or {}).get("agreement"),
         "engine_facts": (vllm or {}).get("engine_facts"),
         "settings": (vllm or hf or {}).get("settings"),
+        "timing": (vllm or hf or {}).get("timing"),
+        "engine_reports": {a["engine"]: a["engine_report"] for a in (hf, vllm) if a},
     }
 
 
@@ -129,7 +150,7 @@ def allocator_section(allocator: dict | None, kv_validation: dict | None) -> dic
             for category, colour in zip(categories, colours):
                 ax.barh(sharegpt["strategy"], sharegpt[category] * 100, left=left * 100, color=colour, label=category)
                 left += sharegpt[category]
-            for name, share in allocator["paper_token_state_shares"].items():
+            for name, share in allocator["paper_utilisation"].items():
                 ax.axvline(share * 100, color="black", lw=0.6, ls=":")
                 ax.text(share * 100, -0.6, name.replace("_", " "), fontsize=7, rotation=90, va="bottom", ha="center")
             ax.set_xlabel("share of KV memory (%), averaged over the replay")
@@ -141,7 +162,8 @@ def allocator_section(allocator: dict | None, kv_validation: dict | None) -> dic
                 "Where KV memory goes, ShareGPT-like trace",
                 draw,
                 sharegpt[["strategy", *categories, "utilisation"]],
-                "Dotted lines: token-state shares the PagedAttention paper reports (Orca Max / Pow2 / Oracle, vLLM).",
+                "Dotted lines: the utilisation (token states / allocated) the PagedAttention paper reports "
+                "(Orca Max / Pow2 / Oracle, vLLM).",
                 size=(7.5, 4.6),
             )
         )
@@ -181,7 +203,8 @@ def allocator_section(allocator: dict | None, kv_validation: dict | None) -> dic
         "budgets": allocator["study"]["byte_budgets"],
         "breakdowns": breakdowns,
         "figures": figures,
-        "capacity_check": allocator["capacity_check"],
+        "pool_sizing": allocator["pool_sizing_check"],
+        "trace_lengths": {t["name"]: (t["mean_output"], t["mean_max_tokens"]) for t in allocator["traces"]},
         "live": kv_validation,
         "kv_bytes_per_token": allocator["kv_bytes_per_token"],
         "dtype": allocator["dtype"],
@@ -377,7 +400,7 @@ def overview_row(model: str, artifacts: dict) -> dict:
             if trace["name"] == "sharegpt_like":
                 for s in trace["strategies"]:
                     if s["strategy"] in ("contiguous_max_model_len", "paged_16", "paged_128"):
-                        row[f"KV token-state share, {s['strategy']} (ShareGPT-like)"] = f"{s['utilisation']:.1%}"
+                        row[f"KV utilisation, {s['strategy']} (ShareGPT-like)"] = f"{s['utilisation']:.1%}"
     load = artifacts.get("load")
     if load:
         best = max(load["levels"], key=lambda level: level["output_throughput"])
