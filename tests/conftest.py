@@ -54,12 +54,15 @@ def tiny_model(embedded_model) -> Path:
 
 
 TEST_CONFIG = REPO / ".test" / "config" / "config.yaml"
-# Every rule downstream of the model folder, with tuning on as in the test configuration.
+# Every rule downstream of the model folder, with tuning on and two offline rounds as in the
+# test configuration.
 PIPELINE_RULES = {
     "model",
     "workload",
     "hf_baseline",
     "vllm_offline",
+    "hf_baseline_round",
+    "vllm_offline_round",
     "compare_offline",
     "allocator",
     "serve",

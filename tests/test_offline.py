@@ -8,38 +8,82 @@ from conftest import dry_run_jobs, snakemake
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from infbench.artifacts import read_json, read_jsonl, validate
-from infbench.same_model_check import same_model_verdict, teacher_forced_gaps
+from infbench.hf_runner import HFRunner
+from infbench.same_model_check import gaps_under_hf, same_model_verdict, teacher_forced_gaps
 
 MEASURING_RULES = ("hf_baseline", "vllm_offline")
+ROUND_ARTIFACTS = ("offline_rounds/hf_baseline_2", "offline_rounds/vllm_offline_2")
 
 
 @pytest.fixture(scope="module")
 def artifacts(tiny_run):
     results = tiny_run / "results" / "tiny"
-    return {name: read_json(results / f"{name}.json") for name in ("hf_baseline", "vllm_offline", "comparison")}
+    names = ("hf_baseline", "vllm_offline", "comparison", *ROUND_ARTIFACTS)
+    return {name: read_json(results / f"{name}.json") for name in names}
 
 
 def test_artifacts_match_their_schemas(artifacts):
-    validate(artifacts["hf_baseline"], "offline")
-    validate(artifacts["vllm_offline"], "offline")
+    for name in ("hf_baseline", "vllm_offline", *ROUND_ARTIFACTS):
+        validate(artifacts[name], "offline")
     validate(artifacts["comparison"], "comparison")
 
 
-def test_fair_fight_settings_are_identical(artifacts):
-    hf, vllm = artifacts["hf_baseline"]["settings"], artifacts["vllm_offline"]["settings"]
-    shared = (
-        "dtype",
-        "threads",
-        "pinned_cpus",
-        "decoding",
-        "fixed_output_length",
-        "timer",
-        "warmup_runs",
-        "repeats",
-        "seed",
-    )
-    assert {k: hf[k] for k in shared} == {k: vllm[k] for k in shared}
-    assert vllm["prefix_caching"] is False
+def test_engines_report_the_same_device_dtype_cpus_and_timing(artifacts):
+    """What each engine reports about its own run, not the config both were given."""
+    hf, vllm = artifacts["hf_baseline"], artifacts["vllm_offline"]
+    assert hf["engine_report"]["device"] == vllm["engine_report"]["device"] == "cpu"
+    assert hf["engine_report"]["dtype"] == vllm["engine_report"]["dtype"] == hf["settings"]["dtype"]
+    assert hf["engine_report"]["cpus"] == vllm["engine_report"]["cpus"] == hf["settings"]["pinned_cpus"]
+    assert hf["engine_report"]["torch_threads"] == 2
+    common = ("clock", "start", "ttft_end", "e2el_end", "duration_end")
+    assert {k: hf["timing"][k] for k in common} == {k: vllm["timing"][k] for k in common}
+    assert "CLOCK_MONOTONIC" in hf["timing"]["clock"]
+    assert hf["timing"]["token_times_from"] != vllm["timing"]["token_times_from"]
+    checks = artifacts["comparison"]["checks"]
+    assert [c for c in checks if c["status"] != "pass"] == []
+    names = {c["name"] for c in checks}
+    assert {
+        "HF ran on the configured device",
+        "vLLM ran on the configured device",
+        "both engines on the same CPUs",
+    } <= names
+
+
+def test_hf_latencies_end_at_each_requests_own_last_token(artifacts, tiny_run):
+    """In a static batch every answer returns together, but each request's E2E ends at its own
+    last token, as vLLM's does: a shorter request in a batch ends earlier."""
+    asked = {r["id"]: r["max_tokens"] for r in read_jsonl(tiny_run / "results/tiny/workload.jsonl")}
+    batch = next(s for s in artifacts["hf_baseline"]["scenarios"] if s["name"] == "workload_static_batch_2")
+    pairs = [batch["requests"][i : i + 2] for i in range(0, len(batch["requests"]), 2)]
+    unequal = [
+        pair for pair in pairs if len(pair) == 2 and asked[pair[0]["request_id"]] != asked[pair[1]["request_id"]]
+    ]
+    assert unequal, "the test workload should batch requests of different lengths"
+    for pair in unequal:
+        shorter, longer = sorted(pair, key=lambda r: r["output_tokens"])
+        assert shorter["e2el"] < longer["e2el"]
+        assert shorter["ttft"] == pytest.approx(longer["ttft"], abs=1e-9)  # one step makes both first tokens
+
+
+def test_interleaved_rounds_run_in_order_and_give_paired_intervals(artifacts):
+    """benchmark.rounds: 2 in the test config: HF 1, vLLM 1, HF 2, vLLM 2, each a fresh job."""
+    order = ("hf_baseline", "vllm_offline", *ROUND_ARTIFACTS)
+    windows = [
+        (
+            datetime.fromisoformat(artifacts[name]["provenance"]["started"]),
+            datetime.fromisoformat(artifacts[name]["provenance"]["finished"]),
+        )
+        for name in order
+    ]
+    for (_, first_end), (second_start, _) in zip(windows, windows[1:]):
+        assert first_end <= second_start
+    rounds = artifacts["comparison"]["interleaved_rounds"]
+    assert rounds["rounds"] == 2 and "between processes" in rounds["interval_scope"]
+    for ratio in rounds["ratios"]:
+        assert len(ratio["round_ratios"]) == 2
+        low, high = ratio["across_rounds"]["ci95_low"], ratio["across_rounds"]["ci95_high"]
+        assert 0 < low <= ratio["across_rounds"]["ratio"] <= high
+    assert all("within-process" in r["interval_scope"] for r in artifacts["comparison"]["ratios"])
 
 
 def test_scenarios_and_fixed_output_lengths(tiny_run, artifacts):
@@ -59,14 +103,26 @@ def test_scenarios_and_fixed_output_lengths(tiny_run, artifacts):
     assert single["output_tokens"] == 16 and len(single["itl"]) == 15
 
 
-def test_engine_facts_follow_the_configured_budget(tiny_run, artifacts):
+def test_natural_output_lengths_are_recorded_for_the_allocator(artifacts, tiny_run):
+    workload = {r["id"]: r["max_tokens"] for r in read_jsonl(tiny_run / "results/tiny/workload.jsonl")}
+    natural = artifacts["vllm_offline"]["natural_output_tokens"]
+    assert set(natural) == set(workload)
+    assert all(0 <= natural[rid] <= workload[rid] for rid in workload)
+    trace = next(t for t in read_json(tiny_run / "results/tiny/allocator.json")["traces"] if t["name"] == "workload")
+    assert trace["mean_output"] == pytest.approx(sum(natural.values()) / len(natural))
+    assert trace["mean_max_tokens"] == pytest.approx(sum(workload.values()) / len(workload))
+
+
+def test_engine_facts_follow_the_configured_budget(artifacts):
+    """vLLM's pool against arithmetic done here by hand: the tiny model has 2 layers, 3 KV
+    heads of 64 dimensions; K and V per token per layer; a 0.25 GiB budget; blocks of 128."""
     facts = artifacts["vllm_offline"]["engine_facts"]
-    model = read_json(tiny_run / "resources/models/tiny/model.json")
-    dtype = artifacts["vllm_offline"]["settings"]["dtype"]
-    per_block = model["kv_bytes_per_token"][dtype] * facts["block_size"]
-    assert facts["num_blocks"] == int(0.25 * (1 << 30)) // per_block
-    assert facts["kv_capacity_tokens"] == facts["num_blocks"] * facts["block_size"]
-    assert facts["max_concurrency_at_max_model_len"] == facts["num_blocks"] / (256 // facts["block_size"])
+    itemsize = {"float32": 4, "bfloat16": 2}[artifacts["vllm_offline"]["settings"]["dtype"]]
+    bytes_per_block = 2 * 2 * 3 * 64 * itemsize * 128
+    blocks = (1 << 28) // bytes_per_block  # 682 in float32, 1365 in bfloat16
+    assert facts["block_size"] == 128 and facts["num_blocks"] == blocks
+    assert facts["kv_capacity_tokens"] == blocks * 128
+    assert facts["max_concurrency_at_max_model_len"] == blocks / 2  # max_model_len 256 = 2 blocks
 
 
 def test_provenance_is_complete(artifacts):
@@ -81,6 +137,53 @@ def test_provenance_is_complete(artifacts):
 def test_same_model_check_passes_for_the_same_model(artifacts):
     agreement = artifacts["comparison"]["agreement"]
     assert agreement["flagged"] is False and agreement["consistency"] >= 0.9
+
+
+def test_hf_runs_and_counts_on_the_configured_device(tiny_model):
+    runner = HFRunner(str(tiny_model), "float32", threads=2, device="cpu")
+    run = runner.run_batch([{"id": "a", "prompt": "The capital of France is", "max_tokens": 5}])
+    assert runner.engine_report()["device"] == "cpu" and runner.engine_report()["dtype"] == "float32"
+    assert run.results[0].output_tokens == len(run.token_ids[0]) == 5
+    assert 0 < run.results[0].ttft < run.results[0].e2el
+
+
+def test_same_model_check_masks_the_stop_tokens_vllm_suppressed(embedded_model):
+    """vLLM generates with EOS suppressed (ignore_eos, min_tokens). Where the model would stop,
+    HF must be asked for its best non-stop token, or every natural end counts as a mismatch."""
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model)
+    model = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.float32).eval()
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say hi."}], tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    start = ids["input_ids"].shape[1]
+    natural = model.generate(**ids, max_new_tokens=40, do_sample=False)[0, start:].tolist()
+    stop = natural.index(tokenizer.eos_token_id)  # the chat model ends its short answer
+    suppressed = model.generate(**ids, max_new_tokens=stop + 8, min_new_tokens=stop + 8, do_sample=False)[0, start:]
+    gaps = gaps_under_hf(
+        str(embedded_model), "float32", "cpu", [{"id": "hi", "prompt": prompt}], {"hi": suppressed.tolist()}
+    )
+    assert gaps["hi"][stop] == 0.0  # unmasked, EOS would lead here by about 2.8 logits
+    assert max(gaps["hi"]) <= 0.5
+
+
+def test_same_model_check_does_not_separate_dtypes(embedded_model):
+    """bfloat16 greedy text scored by the float32 model passes: the check cannot tell dtypes
+    apart, so it claims only the weights; each engine's dtype is checked from what the engine
+    reports (test_offline_checks.py)."""
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model)
+    full = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.float32).eval()
+    half = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.bfloat16).eval()
+    prompts = {"a": "The capital of France is", "b": "Once upon a time, in a small village,"}
+    outputs = {}
+    for rid, prompt in prompts.items():
+        ids = tokenizer(prompt, return_tensors="pt")
+        outputs[rid] = half.generate(**ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)[
+            0, ids["input_ids"].shape[1] :
+        ].tolist()
+    gaps = {rid: teacher_forced_gaps(full, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
+    verdict = same_model_verdict(outputs, outputs, gaps, 0.9)
+    assert verdict["flagged"] is False and "dtype" not in verdict["note"]
 
 
 def test_same_model_check_flags_a_different_model(embedded_model, tiny_model):
@@ -110,7 +213,7 @@ def test_measuring_jobs_never_overlap(tiny_run, artifacts):
     jobs = dry_run_jobs(snakemake(tiny_run, "--cores", "8", "--dry-run", "--forceall").stdout)
     for rule in (*MEASURING_RULES, "serve", "tuning"):
         assert "bench_slot=1" in jobs[rule], jobs[rule]
-    measured = {name: artifacts[name] for name in MEASURING_RULES}
+    measured = {name: artifacts[name] for name in (*MEASURING_RULES, *ROUND_ARTIFACTS)}
     measured.update({name: read_json(tiny_run / f"results/tiny/{name}.json") for name in ("load", "tuning")})
     windows = sorted(
         (

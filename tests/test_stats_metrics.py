@@ -5,7 +5,7 @@ import math
 import pytest
 
 from infbench.metrics import RequestResult, aggregate, goodput, itl_from_token_times, tpot
-from infbench.stats import percentile, ratio_of_means, summarize, t_975
+from infbench.stats import paired_ratio, percentile, ratio_of_means, summarize, t_975
 
 
 def test_t_quantiles_match_published_values():
@@ -83,3 +83,17 @@ def test_goodput_counts_requests_meeting_every_slo():
     ]
     assert goodput(results, 1.0, {"ttft": 500, "tpot": 150}) == 2.0
     assert goodput(results, 2.0, {"tpot": 50}) == 0.5
+
+
+def test_paired_ratio_cancels_shared_drift():
+    # The machine slows down 20 % per round; each round's pair shares it, the ratio stays 2.
+    hf = [10.0, 8.0, 6.4]
+    vllm = [20.0 * 1.01, 16.0 * 0.99, 12.8]
+    paired = paired_ratio(vllm, hf)
+    logs = [math.log(1.01), math.log(0.99), 0.0]
+    mean, sd = sum(logs) / 3, math.sqrt(sum((x - sum(logs) / 3) ** 2 for x in logs) / 2)
+    assert paired["ratio"] == pytest.approx(2 * math.exp(mean))
+    assert paired["ci95_high"] == pytest.approx(2 * math.exp(mean + 4.302653 * sd / math.sqrt(3)))
+    # Unpaired, the drift lands in the interval: far wider than the paired one.
+    unpaired = ratio_of_means(vllm, hf)
+    assert unpaired["ci95_high"] - unpaired["ci95_low"] > 10 * (paired["ci95_high"] - paired["ci95_low"])

@@ -1,0 +1,98 @@
+"""The offline stages' checks and fairness rules on hand-made artifacts: each check must fail
+on the case it exists for."""
+
+import pytest
+
+from infbench.allocator_analysis import analyse
+from infbench.engine_report import TIMING
+from infbench.hf_runner import count_generated
+from infbench.offline_comparison import like_for_like_checks
+
+
+def offline_run(engine, device="cpu", dtype="float32", cpus=(0, 1), output_tokens=8, timing=None):
+    return {
+        "engine": engine,
+        "engine_report": {"device": device, "dtype": dtype, "cpus": list(cpus)},
+        "timing": dict(TIMING, token_times_from=engine) if timing is None else timing,
+        "scenarios": [
+            {
+                "name": "workload_sequential",
+                "requests": [{"request_id": "r0", "output_tokens": output_tokens, "max_tokens": 8}],
+            }
+        ],
+    }
+
+
+def statuses(hf, vllm, device="cpu", dtype="float32"):
+    return {c["name"]: c["status"] for c in like_for_like_checks(hf, vllm, device, dtype)}
+
+
+def test_like_for_like_checks_pass_when_engines_agree_with_the_config():
+    assert set(statuses(offline_run("hf"), offline_run("vllm")).values()) == {"pass"}
+
+
+def test_an_engine_on_another_device_than_configured_fails():
+    """The old GPU path: vLLM on cuda, HF left on the CPU."""
+    result = statuses(offline_run("hf", device="cpu"), offline_run("vllm", device="cuda"), device="cuda")
+    assert result["HF ran on the configured device"] == "fail"
+    assert result["vLLM ran on the configured device"] == "pass"
+    assert "both engines on the same CPUs" not in result  # only meaningful on CPU
+
+
+def test_other_cpus_dtype_or_timing_fail():
+    result = statuses(offline_run("hf", cpus=(0, 1)), offline_run("vllm", cpus=(1,)))
+    assert result["both engines on the same CPUs"] == "fail"
+    result = statuses(offline_run("hf"), offline_run("vllm", dtype="bfloat16"))
+    assert result["vLLM ran in the configured dtype"] == "fail"
+    late_start = dict(TIMING, start="after tokenization")
+    result = statuses(offline_run("hf", timing=late_start), offline_run("vllm"))
+    assert result["both engines timed on one clock from the same start to the same end"] == "fail"
+
+
+def test_fewer_tokens_than_asked_fails():
+    result = statuses(offline_run("hf", output_tokens=5), offline_run("vllm"))
+    assert result["HF output tokens counted = asked"] == "fail"
+    assert result["vLLM output tokens counted = asked"] == "pass"
+
+
+def test_generated_tokens_are_counted_up_to_the_first_stop_or_pad():
+    assert count_generated([5, 6, 7], {2}) == 3
+    assert count_generated([5, 6, 2, 2], {2}) == 2
+    assert count_generated([2, 9], {2, 0}) == 0
+
+
+def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
+    """The timed runs suppress EOS, so their outputs equal max_tokens; the allocator must use
+    the lengths vLLM produced when it could stop, or reserving max_tokens would look free."""
+    workload = [{"id": f"r{i}", "prompt_tokens": 20, "max_tokens": 64} for i in range(4)]
+    vllm_offline = {
+        "scenarios": [
+            {
+                "name": "workload_sequential",
+                "requests": [{"request_id": r["id"], "output_tokens": 64} for r in workload],
+            }
+        ],
+        "natural_output_tokens": {"r0": 10, "r1": 20, "r2": 30, "r3": 64},
+        "engine_facts": {
+            "block_size": 16,
+            "num_blocks": 64,
+            "kv_capacity_tokens": 1024,
+            "max_concurrency_at_max_model_len": 8.0,
+            "max_model_len": 128,
+        },
+    }
+    analysis = analyse(
+        workload=workload,
+        vllm_offline=vllm_offline,
+        model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
+        dtype="float32",
+        budget_bytes=102_400,
+        max_model_len=128,
+        settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
+        seed=0,
+    )
+    trace = next(t for t in analysis["traces"] if t["name"] == "workload")
+    assert trace["mean_output"] == pytest.approx(31.0) and trace["mean_max_tokens"] == 64
+    utilisation = {s["strategy"]: s["utilisation"] for s in trace["strategies"]}
+    assert utilisation["contiguous_prompt_plus_max_tokens"] < utilisation["contiguous_oracle"]
+    assert analysis["pool_sizing_check"]["status"] == "pass"  # 102,400 // (100 x 16) = 64 blocks
