@@ -122,6 +122,14 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     # The server stage, the live KV check that reads its load, and the report; not the allocator.
     assert jobs_of(dry) == {"serve", "kv_validation", "html_report"}
 
+    # More offline rounds: only the new rounds and what reads them; round 1 stays.
+    more_rounds = json.loads(json.dumps(config))
+    more_rounds["benchmark"]["rounds"] += 1
+    more_rounds["benchmark"]["agreement_threshold"] = 0.8
+    (tmp_path / "rounds.yaml").write_text(yaml.safe_dump(more_rounds))
+    dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "rounds.yaml")).stdout
+    assert jobs_of(dry) == {"hf_baseline_round", "vllm_offline_round", "compare_offline", "html_report"}
+
     other_model = tmp_path / "tiny-copy"
     shutil.copytree(tiny_model, other_model)
     changed_model = json.loads(json.dumps(config))

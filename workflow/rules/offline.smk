@@ -22,7 +22,7 @@ rule hf_baseline:
         device=config["hardware"]["device"],
         dtype=DTYPE,
         threads=config["hardware"]["threads"],
-        benchmark=config["benchmark"],
+        benchmark=MEASURED_BENCHMARK,
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "benchmark", "seed"),
     threads: config["hardware"]["threads"]
@@ -60,7 +60,7 @@ rule vllm_offline:
         dtype=DTYPE,
         threads=config["hardware"]["threads"],
         engine=config["engine"],
-        benchmark=config["benchmark"],
+        benchmark=MEASURED_BENCHMARK,
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "benchmark", "seed"),
     threads: config["hardware"]["threads"]
