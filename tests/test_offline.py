@@ -166,43 +166,37 @@ def test_same_model_check_masks_the_stop_tokens_vllm_suppressed(embedded_model):
     assert max(gaps["hi"]) <= 0.5
 
 
-def test_same_model_check_does_not_separate_dtypes(embedded_model):
-    """bfloat16 greedy text scored by the float32 model passes: the check cannot tell dtypes
-    apart, so it claims only the weights; each engine's dtype is checked from what the engine
-    reports (test_offline_checks.py)."""
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model)
-    full = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.float32).eval()
-    half = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.bfloat16).eval()
-    prompts = {"a": "The capital of France is", "b": "Once upon a time, in a small village,"}
+def greedy_outputs(model, tokenizer, prompts: dict, tokens: int = 24) -> dict:
+    """Each prompt's greedy continuation of exactly `tokens` tokens, EOS suppressed as vLLM does."""
     outputs = {}
     for rid, prompt in prompts.items():
         ids = tokenizer(prompt, return_tensors="pt")
-        outputs[rid] = half.generate(**ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)[
-            0, ids["input_ids"].shape[1] :
-        ].tolist()
-    gaps = {rid: teacher_forced_gaps(full, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
-    verdict = same_model_verdict(outputs, outputs, gaps, 0.9)
-    assert verdict["flagged"] is False and "dtype" not in verdict["note"]
+        generated = model.generate(**ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+        outputs[rid] = generated[0, ids["input_ids"].shape[1] :].tolist()
+    return outputs
 
 
-def test_same_model_check_flags_a_different_model(embedded_model, tiny_model):
-    """The full model's greedy text, teacher-forced through the 2-layer model, is not what
-    that model would say: the check must flag it."""
+def test_same_model_check_separates_weights_not_dtypes(embedded_model, tiny_model):
+    """Greedy text of the full model, teacher-forced through: the same weights (passes); the
+    2-layer model cut from them (flagged); and, from a bfloat16 run, through the float32 model
+    (passes: the check cannot tell dtypes apart, so it claims only the weights, and each
+    engine's dtype is checked from what the engine reports, in test_offline_checks.py)."""
     tokenizer = AutoTokenizer.from_pretrained(embedded_model)
     full = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.float32).eval()
     other = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    half = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.bfloat16).eval()
     prompts = {"a": "The capital of France is", "b": "Explain what a large language model is in simple terms."}
-    outputs = {}
-    for rid, prompt in prompts.items():
-        ids = tokenizer(prompt, return_tensors="pt")
-        outputs[rid] = full.generate(**ids, max_new_tokens=24, min_new_tokens=24, do_sample=False)[
-            0, ids["input_ids"].shape[1] :
-        ].tolist()
-    same = {rid: teacher_forced_gaps(full, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
-    different = {rid: teacher_forced_gaps(other, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
-    assert same_model_verdict(outputs, outputs, same, 0.9)["flagged"] is False
-    report = same_model_verdict(outputs, outputs, different, 0.9)
-    assert report["flagged"] is True and report["consistency"] < 0.5
+
+    def verdict(generator, scorer):
+        outputs = greedy_outputs(generator, tokenizer, prompts)
+        gaps = {rid: teacher_forced_gaps(scorer, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
+        return same_model_verdict(outputs, outputs, gaps, 0.9)
+
+    assert verdict(full, full)["flagged"] is False
+    different = verdict(full, other)
+    assert different["flagged"] is True and different["consistency"] < 0.5
+    assert "weights" in different["note"] and "dtype" not in different["note"]
+    assert verdict(half, full)["flagged"] is False
 
 
 def test_measuring_jobs_never_overlap(tiny_run, artifacts):

@@ -15,8 +15,8 @@ RATIO_SCOPE = (
     "within-process noise only, and any drift between the jobs is in the ratio, not in its interval"
 )
 ROUNDS_SCOPE = (
-    "one value per round, each round an HF job then a vLLM job in fresh processes: the paired interval holds "
-    "the noise between processes and jobs, and drift that both engines of a round share cancels"
+    "one value per round, each round one HF job and one vLLM job in fresh processes, run one after the other: "
+    "the paired interval holds the noise between processes and jobs, and drift both engines of a round share cancels"
 )
 
 # (vLLM scenario, HF scenario, what the pair answers)
