@@ -39,7 +39,7 @@ def ours(server, requests, concurrency, seed):
             server.served_name,
             requests,
             concurrency=concurrency,
-            request_rate=None,
+            arrivals=None,
             seed=seed,
             interval_s=5.0,
             timeout_s=600,

@@ -9,7 +9,33 @@ CLIENT_CPU_WARN = 0.8  # share of one core the client may use before its timing 
 DISPATCH_LAG_WARN_S = 0.05
 
 
-def validity_checks(run: LevelRun, requests, tokenizer, request_rate: float | None, prefix_caching: bool) -> list[dict]:
+def open_loop_rates(run: LevelRun) -> dict | None:
+    """Offered, sent and achieved request rates of an open-loop level, over the sample itself:
+
+    offered  = N / last scheduled send
+    sent     = (n - 1) / span of actual sends
+    achieved = (n - 1) / span of completions (a server that keeps up completes requests as fast
+               as they were sent; completed / duration would read low even then, because the
+               duration includes the last request's own latency)
+    dispatch lag = the latest a request left the client after its scheduled time
+    """
+    done = [s for s in run.results if s.result.success]
+    if not run.scheduled or len(done) < 2:
+        return None
+    sends = sorted(s.sent_at for s in run.results)
+    completions = sorted(s.sent_at + s.result.e2el for s in done)
+    return {
+        "offered": len(run.scheduled) / run.scheduled[-1],
+        "sent": (len(sends) - 1) / (sends[-1] - sends[0]),
+        "achieved": (len(completions) - 1) / (completions[-1] - completions[0]),
+        "dispatch_lag": max(
+            (s.sent_at - run.results[0].sent_at) - (when - run.scheduled[0])
+            for s, when in zip(run.results, run.scheduled)
+        ),
+    }
+
+
+def validity_checks(run: LevelRun, requests, tokenizer, prefix_caching: bool) -> list[dict]:
     results = [s.result for s in run.results]
     failed = sum(not r.success for r in results)
     checks = [
@@ -49,28 +75,20 @@ def validity_checks(run: LevelRun, requests, tokenizer, request_rate: float | No
             f"the client used {cpu_share:.0%} of a core; above {CLIENT_CPU_WARN:.0%} its own delays inflate latencies",
         )
     )
-    if request_rate is not None and len(done) > 1:
-        # Rates over the sample itself: (n - 1) / span of sends vs of completions. A server that
-        # keeps up completes requests as fast as they were sent; completed / duration would
-        # read low even then, because the duration includes the last request's own latency.
-        sends = sorted(s.sent_at for s in run.results)
-        completions = sorted(s.sent_at + s.result.e2el for s in done)
-        offered = (len(sends) - 1) / (sends[-1] - sends[0])
-        achieved = (len(completions) - 1) / (completions[-1] - completions[0])
-        lag = max(
-            (s.sent_at - run.results[0].sent_at) - (when - run.scheduled[0])
-            for s, when in zip(run.results, run.scheduled)
-        )
+    rates = open_loop_rates(run)
+    if rates is not None:
+        achieved, sent = rates["achieved"], rates["sent"]
         checks.append(
             check(
                 "achieved_vs_offered_rate",
-                "pass" if achieved >= 0.9 * offered else "warn",
-                achieved / offered,
-                f"completions came at {achieved:.2f} req/s for {offered:.2f} req/s sent "
-                f"({request_rate:.2f} configured); below 90 % the server is saturated and queueing "
+                "pass" if achieved >= 0.9 * sent else "warn",
+                achieved / sent,
+                f"completions came at {achieved:.2f} req/s for {sent:.2f} req/s sent "
+                f"({rates['offered']:.2f} offered); below 90 % the server is saturated and queueing "
                 "dominates latency",
             )
         )
+        lag = rates["dispatch_lag"]
         checks.append(
             check(
                 "dispatch_lag",

@@ -9,12 +9,13 @@ and the output token count is the server's `usage` (requested in the stream).
 from __future__ import annotations
 
 import asyncio
-import random
+import contextlib
 import time
 from dataclasses import dataclass
 
 import openai
 
+from infbench.arrivals import Arrivals, send_offsets
 from infbench.metrics import RequestResult
 from infbench.server_metrics import MetricsSeries, scrape_metrics
 
@@ -86,39 +87,29 @@ async def run_level(
     requests: list[LoadRequest],
     *,
     concurrency: int | None,
-    request_rate: float | None,
+    arrivals: Arrivals | None,
     seed: int,
     interval_s: float,
     timeout_s: float,
 ) -> LevelRun:
-    """Closed loop (`concurrency` requests in flight) or open loop (Poisson `request_rate`)."""
+    """Closed loop (`arrivals` None: `concurrency` requests in flight) or open loop (requests
+    sent on the `arrivals` schedule, at most `concurrency` in flight where it is given, as
+    vLLM's --max-concurrency)."""
     client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="not-needed", max_retries=0, timeout=timeout_s)
     series, stop = MetricsSeries(), asyncio.Event()
     started = time.perf_counter()
     cpu_started = time.process_time()
     scraper = asyncio.create_task(scrape_metrics(base_url, interval_s, series, started, stop))
-    scheduled: list[float] = []
+    scheduled = [] if arrivals is None else send_offsets(len(requests), arrivals, seed)
+    gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
     try:
-        if request_rate is None:
-            gate = asyncio.Semaphore(concurrency)
 
-            async def limited(request):
-                async with gate:
-                    return await stream_completion(client, model, request, seed)
-
-            results = await asyncio.gather(*(limited(r) for r in requests))
-        else:
-            rng = random.Random(seed)
-            offset = 0.0
-            for _ in requests:
-                offset += rng.expovariate(request_rate)
-                scheduled.append(offset)
-
-            async def at(request, when):
-                await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
+        async def send(request, when):
+            await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
+            async with gate:
                 return await stream_completion(client, model, request, seed)
 
-            results = await asyncio.gather(*(at(r, w) for r, w in zip(requests, scheduled)))
+        results = await asyncio.gather(*(send(r, w) for r, w in zip(requests, scheduled or [0.0] * len(requests))))
         duration = time.perf_counter() - started
     finally:
         stop.set()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 import openai
 
 from infbench import study_figures
-from infbench.load_checks import validity_checks
+from infbench.arrivals import Arrivals
+from infbench.load_checks import open_loop_rates, validity_checks
 from infbench.load_client import LevelRun, cycle_requests, run_level
 from infbench.metrics import aggregate, goodput
 from infbench.stats import summarize
@@ -44,36 +46,74 @@ def study_request(*, base_url: str, model: str, prompt: str, warm_requests: int,
     }
 
 
+@dataclass(frozen=True)
+class Level:
+    """One load level: closed loop (`concurrency` in flight, no arrivals) or open loop
+    (requests sent on `arrivals`, at most `concurrency` in flight where it is given)."""
+
+    concurrency: int | None
+    arrivals: Arrivals | None = None
+
+    @property
+    def mode(self) -> str:
+        if self.arrivals is None:
+            return "concurrency"
+        return "request_rate" if self.arrivals.ramp_to is None else "ramp"
+
+    @property
+    def label(self) -> str:
+        if self.arrivals is None:
+            return f"concurrency {self.concurrency}"
+        rate = f"{self.arrivals.rate}" + (f"->{self.arrivals.ramp_to}" if self.arrivals.ramp_to is not None else "")
+        return f"rate {rate} req/s" + (f", at most {self.concurrency} in flight" if self.concurrency else "")
+
+
+def configured_levels(load: dict) -> list[Level]:
+    """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them."""
+    levels = [Level(concurrency) for concurrency in load["concurrency"]]
+    levels += [Level(load["max_concurrency"], Arrivals(rate, load["burstiness"])) for rate in load["request_rates"]]
+    if load["ramp"]:
+        ramp = Arrivals(load["ramp"]["start_rate"], load["burstiness"], load["ramp"]["end_rate"])
+        levels.append(Level(load["max_concurrency"], ramp))
+    return levels
+
+
 def summarize_level(
     run: LevelRun,
     requests,
     *,
-    concurrency: int | None,
-    request_rate: float | None,
+    level: Level,
     slo_ms: dict,
     tokenizer,
     prefix_caching: bool,
 ) -> dict:
     results = [s.result for s in run.results]
-    level = aggregate(results, run.duration_s)
+    summary = aggregate(results, run.duration_s)
     preemptions = run.metrics.first_last("vllm:num_preemptions_total")
-    level.update(
+    rates = open_loop_rates(run) or {}
+    arrivals = level.arrivals
+    summary.update(
         {
-            "mode": "concurrency" if request_rate is None else "request_rate",
-            "max_concurrency": concurrency,
-            "request_rate": request_rate if request_rate is not None else "inf",
+            "mode": level.mode,
+            "max_concurrency": level.concurrency,
+            "request_rate": arrivals.rate if arrivals is not None else "inf",
+            "ramp_end_rate": arrivals.ramp_to if arrivals is not None else None,
+            "burstiness": arrivals.burstiness if arrivals is not None else None,
+            "offered_request_rate": rates.get("offered"),
+            "sent_request_rate": rates.get("sent"),
+            "achieved_request_rate": rates.get("achieved"),
             "request_goodput": goodput(results, run.duration_s, slo_ms) if slo_ms else None,
             "client_cpu_s": run.client_cpu_s,
             "peak_kv_cache_usage_perc": run.metrics.peak("vllm:kv_cache_usage_perc"),
             "peak_num_requests_running": run.metrics.peak("vllm:num_requests_running"),
             "peak_num_requests_waiting": run.metrics.peak("vllm:num_requests_waiting"),
             "preemptions": preemptions[1] - preemptions[0],
-            "checks": validity_checks(run, requests, tokenizer, request_rate, prefix_caching),
+            "checks": validity_checks(run, requests, tokenizer, prefix_caching),
             "metrics_series": run.metrics.samples,
             "requests": [s.result.to_json() for s in run.results],
         }
     )
-    return level
+    return summary
 
 
 def run_sweep(
@@ -90,17 +130,16 @@ def run_sweep(
     """Every configured level against a running server; stops at the first level the server
     does not survive (its failed requests are in the error)."""
     requests = cycle_requests(workload, load["requests_per_level"])
-    levels = [(c, None) for c in load["concurrency"]] + [(None, r) for r in load["request_rates"]]
     summaries = []
-    for concurrency, rate in levels:
-        label = f"concurrency {concurrency}" if rate is None else f"rate {rate} req/s"
+    for level in configured_levels(load):
+        label = level.label
         run = asyncio.run(
             run_level(
                 server.base_url,
                 server.served_name,
                 requests,
-                concurrency=concurrency,
-                request_rate=rate,
+                concurrency=level.concurrency,
+                arrivals=level.arrivals,
                 seed=seed,
                 interval_s=load["metrics_interval_s"],
                 timeout_s=timeout_s,
@@ -115,8 +154,7 @@ def run_sweep(
         summary = summarize_level(
             run,
             requests,
-            concurrency=concurrency,
-            request_rate=rate,
+            level=level,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,

@@ -8,7 +8,7 @@ import itertools
 
 from infbench.engine_settings import kv_cache_bytes
 from infbench.load_client import cycle_requests, run_level
-from infbench.load_sweep import summarize_level
+from infbench.load_sweep import Level, summarize_level
 from infbench.server_metrics import server_kv_facts
 from infbench.vllm_server import ServerError, VLLMServer
 
@@ -57,7 +57,7 @@ def run_tuning(
                     served_name,
                     requests,
                     concurrency=tuning["concurrency"],
-                    request_rate=None,
+                    arrivals=None,
                     seed=seed,
                     interval_s=load["metrics_interval_s"],
                     timeout_s=server_settings["request_timeout_s"],
@@ -68,8 +68,7 @@ def run_tuning(
         level = summarize_level(
             run,
             requests,
-            concurrency=tuning["concurrency"],
-            request_rate=None,
+            level=Level(tuning["concurrency"]),
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,

@@ -17,6 +17,7 @@ rule serve:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
         code=package_modules(
+            "arrivals",
             "checks",
             "engine_settings",
             "load_checks",
@@ -68,6 +69,7 @@ rule tuning:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
         code=package_modules(
+            "arrivals",
             "checks",
             "engine_settings",
             "load_checks",

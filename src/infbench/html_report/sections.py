@@ -212,7 +212,11 @@ def allocator_section(allocator: dict | None, kv_validation: dict | None) -> dic
 
 
 def level_label(level: dict) -> str:
-    return f"c={level['max_concurrency']}" if level["mode"] == "concurrency" else f"{level['request_rate']} req/s"
+    if level["mode"] == "concurrency":
+        return f"c={level['max_concurrency']}"
+    rate = f"{level['request_rate']}" + (f"→{level['ramp_end_rate']}" if level.get("ramp_end_rate") else "")
+    cap = f", ≤{level['max_concurrency']}" if level["max_concurrency"] else ""
+    return f"{rate} req/s{cap}"
 
 
 def serving_section(server: dict | None, load: dict | None, tuning: dict | None) -> dict | None:

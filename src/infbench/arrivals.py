@@ -1,0 +1,42 @@
+"""When each request of an open-loop level leaves the client, scheduled as vLLM's benchmark
+schedules them (vllm/benchmarks/serve.py, get_request):
+
+    gap_i  ~ Gamma(shape = burstiness, scale = 1 / (rate_i * burstiness))   mean 1 / rate_i
+             (burstiness 1 is a Poisson process; below 1 burstier, above 1 more even)
+    send_i = gap_1 + ... + gap_i
+    fixed rate:  send_i *= (N / rate) / send_N, so the last request leaves at exactly N / rate
+                 and the offered rate is the configured one whatever the seed
+    linear ramp: rate_i = start + (end - start) * i / (N - 1), not rescaled
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    rate: float  # requests per second; with a ramp, the rate of the first request
+    burstiness: float = 1.0
+    ramp_to: float | None = None  # linear ramp from `rate` to this rate over the level
+
+    def rate_of(self, index: int, count: int) -> float:
+        if self.ramp_to is None:
+            return self.rate
+        return self.rate + (self.ramp_to - self.rate) * index / max(count - 1, 1)
+
+
+def send_offsets(count: int, arrivals: Arrivals, seed: int) -> list[float]:
+    """Seconds after the level's start at which each of `count` requests is sent."""
+    if count < 1:
+        return []
+    rng = random.Random(seed)
+    shape = arrivals.burstiness
+    gaps = [rng.gammavariate(shape, 1.0 / (arrivals.rate_of(i, count) * shape)) for i in range(count)]
+    offsets = list(itertools.accumulate(gaps))
+    if arrivals.ramp_to is None:
+        scale = (count / arrivals.rate) / offsets[-1]
+        offsets = [offset * scale for offset in offsets]
+    return offsets
