@@ -88,7 +88,27 @@ def test_serve_artifacts(tiny_run):
     assert study["cold"]["prompt_tokens"] == 7 and study["cold"]["completion_tokens"] == 50  # as in the study
     assert len(study["warm"]) == 2
     levels = {(level["mode"], level["max_concurrency"], level["request_rate"]): level for level in load["levels"]}
-    assert set(levels) == {("concurrency", 1, "inf"), ("concurrency", 4, "inf"), ("request_rate", None, 4.0)}
+    assert set(levels) == {
+        ("concurrency", 1, "inf"),
+        ("concurrency", 4, "inf"),
+        ("request_rate", 4, 4.0),
+        ("ramp", 4, 2.0),
+    }
+    # vLLM's schedule: the last of N requests leaves at N / rate, so the offered rate is the configured one.
+    assert levels[("request_rate", 4, 4.0)]["offered_request_rate"] == pytest.approx(4.0)
+    assert levels[("ramp", 4, 2.0)]["ramp_end_rate"] == 16.0
+    for (_, cap, _), level in levels.items():
+        # Requests in flight, from the client's own send and end times, never exceed the cap.
+        events = sorted(
+            [(r["sent_s"], 1) for r in level["requests"]] + [(r["sent_s"] + r["e2el"], -1) for r in level["requests"]],
+            key=lambda event: (event[0], event[1]),
+        )
+        in_flight = peak = 0
+        for _, change in events:
+            in_flight += change
+            peak = max(peak, in_flight)
+        assert peak <= cap, (level["mode"], cap, peak)
+    assert peak >= 2  # the capped levels did run requests side by side
     for level in load["levels"]:
         assert all(field in level for field in VLLM_FIELDS)
         assert level["completed"] == 16 and level["failed"] == 0

@@ -79,6 +79,7 @@ class LevelRun:
     metrics: MetricsSeries
     client_cpu_s: float
     scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
+    started: float  # perf_counter at the level's start; sends are timed from it
 
 
 async def run_level(
@@ -115,7 +116,7 @@ async def run_level(
         stop.set()
         await scraper
         await client.close()
-    return LevelRun(list(results), duration, series, time.process_time() - cpu_started, scheduled)
+    return LevelRun(list(results), duration, series, time.process_time() - cpu_started, scheduled, started)
 
 
 def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:

@@ -110,7 +110,7 @@ def summarize_level(
             "preemptions": preemptions[1] - preemptions[0],
             "checks": validity_checks(run, requests, tokenizer, prefix_caching),
             "metrics_series": run.metrics.samples,
-            "requests": [s.result.to_json() for s in run.results],
+            "requests": [{**s.result.to_json(), "sent_s": s.sent_at - run.started} for s in run.results],
         }
     )
     return summary

@@ -229,6 +229,11 @@ def serving_section(server: dict | None, load: dict | None, tuning: dict | None)
                 "level": level_label(level),
                 "output tok/s": level["output_throughput"],
                 "req/s": level["request_throughput"],
+                "offered / achieved req/s": (
+                    f"{level['offered_request_rate']:.2f} / {level['achieved_request_rate']:.2f}"
+                    if level.get("offered_request_rate") is not None
+                    else ""
+                ),
                 "goodput req/s": level["request_goodput"],
                 **{
                     f"{stat} {metric} ms": level[f"{stat}_{metric}_ms"]
