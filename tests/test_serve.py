@@ -122,6 +122,9 @@ def test_serve_artifacts(tiny_run):
         }
         assert not [c for c in level["checks"] if c["status"] == "fail"]
         assert any("vllm:kv_cache_usage_perc" in sample for sample in level["metrics_series"])
+        # One scrape just before the level and one just after it bound the counters' deltas.
+        series = level["metrics_series"]
+        assert series[0]["t"] <= 0 <= level["duration"] <= series[-1]["t"]
         asked = {r["request_id"]: r for r in level["requests"]}
         for request in level["requests"]:
             assert request["success"] and request["ttft"] <= request["e2el"]

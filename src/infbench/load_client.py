@@ -17,7 +17,7 @@ import openai
 
 from infbench.arrivals import Arrivals, send_offsets
 from infbench.metrics import RequestResult
-from infbench.server_metrics import MetricsSeries, scrape_metrics
+from infbench.server_metrics import MetricsScraper, MetricsSeries
 
 
 @dataclass
@@ -97,26 +97,25 @@ async def run_level(
     sent on the `arrivals` schedule, at most `concurrency` in flight where it is given, as
     vLLM's --max-concurrency)."""
     client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="not-needed", max_retries=0, timeout=timeout_s)
-    series, stop = MetricsSeries(), asyncio.Event()
-    started = time.perf_counter()
-    cpu_started = time.process_time()
-    scraper = asyncio.create_task(scrape_metrics(base_url, interval_s, series, started, stop))
     scheduled = [] if arrivals is None else send_offsets(len(requests), arrivals, seed)
     gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
     try:
+        # Entering and leaving the scraper scrape synchronously: nothing is timed then.
+        with MetricsScraper(base_url, interval_s) as scraper:
+            started = time.perf_counter()
+            cpu_started = time.process_time()
 
-        async def send(request, when):
-            await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
-            async with gate:
-                return await stream_completion(client, model, request, seed)
+            async def send(request, when):
+                await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
+                async with gate:
+                    return await stream_completion(client, model, request, seed)
 
-        results = await asyncio.gather(*(send(r, w) for r, w in zip(requests, scheduled or [0.0] * len(requests))))
-        duration = time.perf_counter() - started
+            results = await asyncio.gather(*(send(r, w) for r, w in zip(requests, scheduled or [0.0] * len(requests))))
+            duration = time.perf_counter() - started
+            cpu_s = time.process_time() - cpu_started
     finally:
-        stop.set()
-        await scraper
         await client.close()
-    return LevelRun(list(results), duration, series, time.process_time() - cpu_started, scheduled, started)
+    return LevelRun(list(results), duration, scraper.series(started), cpu_s, scheduled, started)
 
 
 def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:

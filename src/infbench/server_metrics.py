@@ -3,7 +3,7 @@ periodic scrape, and the KV-cache facts the server publishes as labels."""
 
 from __future__ import annotations
 
-import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -39,19 +39,45 @@ def parse_metrics(text: str) -> dict:
     return values
 
 
-async def scrape_metrics(base_url: str, interval_s: float, series: MetricsSeries, started: float, stop: asyncio.Event):
-    async with httpx.AsyncClient(base_url=base_url, timeout=2.0) as client:
-        while True:
-            try:
-                response = await client.get("/metrics")
-                series.samples.append({"t": time.perf_counter() - started, **parse_metrics(response.text)})
-            except httpx.HTTPError:
-                pass
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-                return
-            except asyncio.TimeoutError:
-                continue
+class MetricsScraper:
+    """Scrapes /metrics every `interval_s` in its own thread, off the event loop that times the
+    streams, and keeps the raw text with its perf_counter time; parsing waits until the level
+    is over. One scrape on entry and one on exit, synchronous, bound the level, so counter
+    deltas (preemptions, prefix-cache hits) miss nothing before the first periodic scrape or
+    after the last."""
+
+    def __init__(self, base_url: str, interval_s: float):
+        self.interval_s = interval_s
+        self.raw: list[tuple[float, str]] = []
+        self._client = httpx.Client(base_url=base_url, timeout=2.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
+
+    def _scrape(self) -> None:
+        try:
+            text = self._client.get("/metrics").text
+        except httpx.HTTPError:
+            return
+        self.raw.append((time.perf_counter(), text))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._scrape()
+
+    def __enter__(self):
+        self._scrape()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._scrape()
+        self._client.close()
+
+    def series(self, started: float) -> MetricsSeries:
+        """The parsed samples, timed from `started` (the entry scrape is slightly before it)."""
+        return MetricsSeries([{"t": t - started, **parse_metrics(text)} for t, text in sorted(self.raw)])
 
 
 def server_kv_facts(base_url: str) -> dict:
