@@ -1,0 +1,125 @@
+"""The load client's timing against a reference server whose timing is known: an
+OpenAI-compatible endpoint that streams each token at a fixed time after the request
+arrives, and a `/metrics` page that is slow to answer. vLLM cannot serve as the reference
+here: its own latencies are what a test could not tell apart from the client's."""
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse, StreamingResponse
+from starlette.routing import Route
+
+from infbench.load_client import LoadRequest, run_level
+
+FIRST_TOKEN_S = 0.3  # the reference server sends the first token this long after a request arrives
+TOKEN_GAP_S = 0.05
+SLOW_SCRAPE_S = 0.6  # every /metrics answer takes this long
+
+
+class ReferenceServer:
+    """Streams `max_tokens` chunks on a fixed schedule; counts preemption 'events' at the first
+    request's arrival and just before the last chunk of the level's last request, so that a
+    counter delta that misses the level's first or last moment reads low."""
+
+    def __init__(self, requests_per_level: int):
+        self.requests_per_level = requests_per_level
+        self.arrived = 0
+        self.finished = 0
+        self.events = 0
+        self.scrapes_started: list[float] = []
+        routes = [Route("/v1/completions", self.completions, methods=["POST"]), Route("/metrics", self.metrics)]
+        config = uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=0, log_level="error")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def completions(self, request):
+        body = await request.json()
+        self.arrived += 1
+        if self.arrived == 1:
+            self.events += 1
+        tokens = body["max_tokens"]
+
+        async def stream():
+            await asyncio.sleep(FIRST_TOKEN_S)
+            for index in range(tokens):
+                if index:
+                    await asyncio.sleep(TOKEN_GAP_S)
+                if index == tokens - 1 and self.finished == self.requests_per_level - 1:
+                    self.events += 1
+                chunk = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                         "choices": [{"index": 0, "text": " a", "finish_reason": None}]}  # fmt: skip
+                yield f"data: {json.dumps(chunk)}\n\n"
+            self.finished += 1
+            counts = {"prompt_tokens": 4, "completion_tokens": tokens, "total_tokens": 4 + tokens}
+            usage = {"id": "x", "object": "text_completion", "created": 0, "model": "m", "choices": [], "usage": counts}
+            yield f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def metrics(self, request):
+        self.scrapes_started.append(time.perf_counter())
+        await asyncio.sleep(SLOW_SCRAPE_S)
+        return PlainTextResponse(
+            "# TYPE vllm:num_preemptions counter\n"
+            f'vllm:num_preemptions_total{{model_name="m"}} {float(self.events)}\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="m"}} {float(self.arrived - self.finished)}\n'
+        )
+
+    def __enter__(self):
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join()
+
+
+def level(server: ReferenceServer, requests: int, interval_s: float, tokens: int = 8):
+    batch = [LoadRequest(f"r{i}", "hello", 4, tokens) for i in range(requests)]
+    return asyncio.run(
+        run_level(
+            server.base_url,
+            "m",
+            batch,
+            concurrency=requests,
+            arrivals=None,
+            seed=0,
+            interval_s=interval_s,
+            timeout_s=30,
+        )
+    )
+
+
+def test_a_slow_scrape_during_a_level_does_not_shift_the_streams_timestamps():
+    with ReferenceServer(requests_per_level=2) as server:
+        # A scrape starts every 0.1 s and each takes 0.6 s: scrapes are in flight during the
+        # whole level, including when the first token and every later token arrive.
+        run = level(server, requests=2, interval_s=0.1)
+        during = [t for t in server.scrapes_started if run.started < t < run.started + run.duration_s]
+    assert during, "no scrape ran during the level: the test would prove nothing"
+    for streamed in run.results:
+        result = streamed.result
+        assert result.success and result.output_tokens == 8
+        # A scrape on the timing loop would delay a chunk's timestamp by up to SLOW_SCRAPE_S.
+        assert result.ttft == pytest.approx(FIRST_TOKEN_S, abs=0.1)
+        assert max(result.itl) < TOKEN_GAP_S + 0.1
+        assert result.e2el == pytest.approx(FIRST_TOKEN_S + 7 * TOKEN_GAP_S, abs=0.15)
+
+
+def test_counter_deltas_include_the_first_and_last_moments_of_a_level():
+    with ReferenceServer(requests_per_level=2) as server:
+        # A periodic scrape never fires in this short level: only the scrapes that bound it see
+        # the event at the first request's arrival and the one at the last chunk.
+        run = level(server, requests=2, interval_s=60.0)
+    first, last = run.metrics.first_last("vllm:num_preemptions_total")
+    assert (first, last) == (0.0, 2.0)
