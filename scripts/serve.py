@@ -5,7 +5,7 @@ from pathlib import Path
 
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import engine_env, vllm_engine_args
+from infbench.engine_settings import engine_env, place_client, vllm_engine_args
 from infbench.load_sweep import run_sweep, study_request
 from infbench.rule_logging import rule_logging
 from infbench.server_metrics import server_kv_facts
@@ -32,7 +32,8 @@ def main(snakemake):
         startup_timeout_s=params.server["startup_timeout_s"],
     )
     with server:
-        print(f"server ready on {server.base_url} after {server.startup_s:.1f} s")
+        placement = place_client(params.threads, params.device)
+        print(f"server ready on {server.base_url} after {server.startup_s:.1f} s; {placement['note']}")
         kv = server_kv_facts(server.base_url)
         request = study_request(
             base_url=server.base_url,
@@ -72,6 +73,7 @@ def main(snakemake):
             "model": facts["name"],
             "slo_ms": params.load["slo_ms"],
             "settings": params.load,
+            "client_placement": placement,
             "levels": levels,
             "provenance": record,
         },

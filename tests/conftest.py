@@ -66,6 +66,7 @@ PIPELINE_RULES = {
     "compare_offline",
     "allocator",
     "serve",
+    "client_fidelity",
     "kv_validation",
     "tuning",
     "html_report",

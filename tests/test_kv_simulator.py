@@ -208,9 +208,8 @@ def test_live_validation_warns_when_the_scrape_saw_nothing():
             {
                 "mode": "concurrency",
                 "max_concurrency": 4,
-                "requests": requests,
                 "peak_kv_cache_usage_perc": 0.0,
-                "metrics_series": [{"t": 0.0}],
+                "repeats": [{"requests": requests, "metrics_series": [{"t": 0.0}]}],
             }
         ]
     }

@@ -34,6 +34,7 @@ def test_report_has_every_section_with_numbers(tiny_run):
         "3. The KV-cache problem",
         "4. Paging: what the study left out",
         "5. The OpenAI-compatible server under load",
+        "Is the client exact? vLLM's benchmark client beside ours",
         "Tuning grid",
         "Provenance",
     ):
@@ -45,6 +46,9 @@ def test_report_has_every_section_with_numbers(tiny_run):
     assert re.search(
         r"vLLM/HF tok/s, workload_continuous vs workload_sequential</td><td class=\"text\">\d+\.\d\d×", html
     )
+    # Two passes of 16 requests per level, intervals across them, and p99 left out (32 < 100).
+    assert "2 × 16" in html and "Each level ran 2 times" in html
+    assert re.search(r"\[\d+\.\d, \d+\.\d\]", html)
 
 
 def test_unsafe_text_is_escaped(tiny_run, tmp_path):

@@ -98,20 +98,30 @@ def test_serve_artifacts(tiny_run):
     assert levels[("request_rate", 4, 4.0)]["offered_request_rate"] == pytest.approx(4.0)
     assert levels[("ramp", 4, 2.0)]["ramp_end_rate"] == 16.0
     for (_, cap, _), level in levels.items():
-        # Requests in flight, from the client's own send and end times, never exceed the cap.
-        events = sorted(
-            [(r["sent_s"], 1) for r in level["requests"]] + [(r["sent_s"] + r["e2el"], -1) for r in level["requests"]],
-            key=lambda event: (event[0], event[1]),
-        )
-        in_flight = peak = 0
-        for _, change in events:
-            in_flight += change
-            peak = max(peak, in_flight)
-        assert peak <= cap, (level["mode"], cap, peak)
+        for repeat in level["repeats"]:
+            # Requests in flight, from the client's own send and end times, never exceed the cap.
+            requests = repeat["requests"]
+            events = sorted(
+                [(r["sent_s"], 1) for r in requests] + [(r["sent_s"] + r["e2el"], -1) for r in requests],
+                key=lambda event: (event[0], event[1]),
+            )
+            in_flight = peak = 0
+            for _, change in events:
+                in_flight += change
+                peak = max(peak, in_flight)
+            assert peak <= cap, (level["mode"], cap, peak)
     assert peak >= 2  # the capped levels did run requests side by side
+    assert load["client_placement"]["client_cpus"]
     for level in load["levels"]:
         assert all(field in level for field in VLLM_FIELDS)
-        assert level["completed"] == 16 and level["failed"] == 0
+        # Two passes of 16 requests each, pooled in the level's vLLM fields.
+        assert len(level["repeats"]) == 2
+        assert level["completed"] == 32 and level["failed"] == 0
+        assert level["total_output_tokens"] == sum(r["total_output_tokens"] for r in level["repeats"])
+        across = level["across_repeats"]["output_throughput"]
+        assert across["n"] == 2 and across["ci95_low"] <= across["mean"] <= across["ci95_high"]
+        # 32 pooled requests support p90 (10) and p95 (20), not p99 (100).
+        assert level["percentile_support"]["ttft"] == {"n": 32, "supported": [50, 90, 95]}
         assert {c["name"] for c in level["checks"]} >= {
             "failed_requests",
             "short_outputs",
@@ -119,20 +129,22 @@ def test_serve_artifacts(tiny_run):
             "client_cpu",
             "prefix_cache_hit_rate",
             "metrics_coverage",
+            "repeats_agree",
         }
-        assert not [c for c in level["checks"] if c["status"] == "fail"]
-        assert any("vllm:kv_cache_usage_perc" in sample for sample in level["metrics_series"])
-        # One scrape just before the level and one just after it bound the counters' deltas.
-        series = level["metrics_series"]
-        assert series[0]["t"] <= 0 <= level["duration"] <= series[-1]["t"]
-        asked = {r["request_id"]: r for r in level["requests"]}
-        for request in level["requests"]:
-            assert request["success"] and request["ttft"] <= request["e2el"]
-            # One gap per streamed chunk after the first; a chunk may carry several tokens
-            # (as in vLLM's benchmark, ITL is per chunk), and `usage` counts the tokens.
-            assert 1 <= len(request["itl"]) <= request["output_tokens"] - 1
-            assert min(request["itl"]) >= 0
-        assert sum(r["output_tokens"] for r in asked.values()) == level["total_output_tokens"]
+        assert not [c for c in level["checks"] if c["status"] == "fail" and c["name"] != "repeats_agree"]
+        for repeat in level["repeats"]:
+            assert repeat["completed"] == 16
+            assert any("vllm:kv_cache_usage_perc" in sample for sample in repeat["metrics_series"])
+            # One scrape just before the pass and one just after it bound the counters' deltas.
+            series = repeat["metrics_series"]
+            assert series[0]["t"] <= 0 <= repeat["duration"] <= series[-1]["t"]
+            for request in repeat["requests"]:
+                assert request["success"] and request["ttft"] <= request["e2el"]
+                # One gap per streamed chunk after the first; a chunk may carry several tokens
+                # (as in vLLM's benchmark, ITL is per chunk), and `usage` counts the tokens.
+                assert 1 <= len(request["itl"]) <= request["output_tokens"] - 1
+                assert min(request["itl"]) >= 0
+            assert sum(r["output_tokens"] for r in repeat["requests"]) == repeat["total_output_tokens"]
     assert levels[("concurrency", 4, "inf")]["peak_num_requests_running"] >= 2
     port = server["command"][server["command"].index("--port") + 1]
     assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], (
@@ -141,6 +153,22 @@ def test_serve_artifacts(tiny_run):
 
 
 @pytest.mark.slow
+def test_client_fidelity_artifact(tiny_run):
+    fidelity = read_json(tiny_run / "results/tiny/client_fidelity.json")
+    validate(fidelity, "client_fidelity")
+    assert [r["order"] for r in fidelity["rounds"]] == [["ours", "vllm"], ["vllm", "ours"]]
+    for record in fidelity["rounds"]:
+        # 8 requests of 8 tokens each, from both clients.
+        for client in ("ours", "vllm"):
+            assert record[client]["completed"] == 8 and record[client]["total_output_tokens"] == 64
+    assert set(fidelity["ratios"]) == {"output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"}
+    for ratio in fidelity["ratios"].values():
+        assert ratio["ci95_low"] <= ratio["ratio"] <= ratio["ci95_high"] and len(ratio["round_ratios"]) == 2
+    checks = {c["name"]: c["status"] for c in fidelity["checks"]}
+    assert checks["clients_did_the_same_work"] == "pass"
+    assert "--disable-shuffle" in fidelity["vllm_bench_arguments"]
+
+
 def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
     args = vllm_engine_args(tmp_path / "no-such-model", "float32", default_config["engine"], 0, "cpu")
     server = VLLMServer(args, "missing", tmp_path / "server.log", env=engine_env(2, "cpu"), startup_timeout_s=180)

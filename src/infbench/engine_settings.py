@@ -64,3 +64,35 @@ def vllm_engine_args(model_dir: str, dtype: str, engine: dict, seed: int, device
         # CUDA graphs and torch.compile do not apply on CPU; eager mode as in the study.
         args["enforce_eager"] = True
     return args
+
+
+def place_client(threads: int, device: str) -> dict:
+    """Keep a load client (this process, every thread) off the cores the engine's OpenMP threads
+    are bound to, where the machine has others; call after the server has started, so that it
+    does not inherit the restriction. Returns where each side runs, for the artifact."""
+    allowed = set(os.sched_getaffinity(0))
+    engine = set(bound_cpus(threads)) if device == "cpu" else set()
+    free = allowed - engine
+    if free:
+        for task in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(task), free)
+            except OSError:  # the thread ended meanwhile
+                continue
+    client = free or allowed
+    shares = bool(engine & client)
+    if device != "cpu":
+        note = "the engine computes on the GPU; the client may run on every CPU"
+    elif shares:
+        note = (
+            f"this machine has no CPU besides the engine's {len(engine)}: the client shares them, so its own "
+            "CPU time is taken from the engine (see each level's client_cpu check)"
+        )
+    else:
+        note = "the client runs on CPUs the engine's threads are not bound to"
+    return {
+        "engine_cpus": sorted(engine),
+        "client_cpus": sorted(client),
+        "client_shares_engine_cores": shares,
+        "note": note,
+    }

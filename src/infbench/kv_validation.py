@@ -19,7 +19,9 @@ def live_validation(load: dict, kv: dict, max_model_len: int) -> dict:
     for level in load["levels"]:
         if level["mode"] != "concurrency":
             continue  # open-loop arrivals are wall-clock times the step model does not map
-        trace = [TraceRequest(r["prompt_tokens"], r["output_tokens"]) for r in level["requests"] if r["success"]]
+        # Every repeat sends the same requests; the scraped peak is the highest over the repeats.
+        first = level["repeats"][0]["requests"]
+        trace = [TraceRequest(r["prompt_tokens"], r["output_tokens"]) for r in first if r["success"]]
         predicted = replay(trace, strategy, slots, max_model_len, max_running=level["max_concurrency"])
         # vLLM keeps one null block out of use: its gauge divides by num_blocks - 1.
         predicted_peak = predicted.peak_allocated / kv["block_size"] / (kv["num_blocks"] - 1)
@@ -30,7 +32,7 @@ def live_validation(load: dict, kv: dict, max_model_len: int) -> dict:
                 "predicted_peak": predicted_peak,
                 "scraped_peak": level["peak_kv_cache_usage_perc"],
                 "error": error,
-                "samples": len(level["metrics_series"]),
+                "samples": sum(len(repeat["metrics_series"]) for repeat in level["repeats"]),
             }
         )
     if not levels:

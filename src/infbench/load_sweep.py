@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import openai
 
 from infbench import study_figures
 from infbench.arrivals import Arrivals
+from infbench.checks import STATUS_RANK, check, passes
 from infbench.load_checks import open_loop_rates, validity_checks
-from infbench.load_client import LevelRun, cycle_requests, run_level
-from infbench.metrics import aggregate, goodput
-from infbench.stats import summarize
+from infbench.load_client import LevelRun, LoadRequest, cycle_requests, run_level
+from infbench.metrics import MS, PERCENTILES, aggregate, goodput
+from infbench.stats import median_interval, percentile_needs, summarize
 from infbench.vllm_server import ServerError, VLLMServer
 
 
@@ -78,27 +79,39 @@ def configured_levels(load: dict) -> list[Level]:
     return levels
 
 
-def summarize_level(
-    run: LevelRun,
-    requests,
-    *,
-    level: Level,
-    slo_ms: dict,
-    tokenizer,
-    prefix_caching: bool,
+# Level figures summarized across repeats (mean and 95 % CI over the repeats' values).
+ACROSS_REPEATS = (
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+)
+# Latencies whose per-repeat medians must agree within their intervals.
+AGREEMENT_METRICS = ("ttft", "tpot")
+# Warm-up requests are cut to this many output tokens: enough to run the level's batch shape
+# through prefill and decode, short enough to cost a second or two.
+WARMUP_MAX_TOKENS = 16
+
+
+def warmup_requests(requests: list[LoadRequest], level: Level) -> list[LoadRequest]:
+    """Untimed requests before each pass of a level: its first k requests sent together, k its
+    cap on requests in flight (1 for an uncapped rate), outputs cut to WARMUP_MAX_TOKENS."""
+    count = min(len(requests), level.concurrency or 1)
+    return [replace(r, id=f"warmup-{r.id}", max_tokens=min(r.max_tokens, WARMUP_MAX_TOKENS)) for r in requests[:count]]
+
+
+def repeat_summary(
+    run: LevelRun, requests: list[LoadRequest], *, slo_ms: dict, tokenizer, prefix_caching: bool
 ) -> dict:
+    """One pass of a level: vLLM's result fields, its rates, server state and validity checks."""
     results = [s.result for s in run.results]
     summary = aggregate(results, run.duration_s)
     preemptions = run.metrics.first_last("vllm:num_preemptions_total")
     rates = open_loop_rates(run) or {}
-    arrivals = level.arrivals
     summary.update(
         {
-            "mode": level.mode,
-            "max_concurrency": level.concurrency,
-            "request_rate": arrivals.rate if arrivals is not None else "inf",
-            "ramp_end_rate": arrivals.ramp_to if arrivals is not None else None,
-            "burstiness": arrivals.burstiness if arrivals is not None else None,
             "offered_request_rate": rates.get("offered"),
             "sent_request_rate": rates.get("sent"),
             "achieved_request_rate": rates.get("achieved"),
@@ -116,6 +129,104 @@ def summarize_level(
     return summary
 
 
+def worst_checks(repeats: list[dict]) -> list[dict]:
+    """Each check once per level: its worst status over the repeats, with that repeat named."""
+    worst = {}
+    for index, repeat in enumerate(repeats, start=1):
+        for item in repeat["checks"]:
+            kept = worst.get(item["name"])
+            if kept is None or STATUS_RANK[item["status"]] < STATUS_RANK[kept["status"]]:
+                worst[item["name"]] = {**item, "detail": f"{item['detail']} (repeat {index} of {len(repeats)})"}
+    return list(worst.values())
+
+
+def repeats_agree(repeats: list[dict]) -> dict:
+    """Fails a level whose repeats disagree beyond their intervals: for TTFT and TPOT, the 95 %
+    order-statistic intervals of each repeat's median must share a common point. Disjoint
+    intervals mean the machine or server changed between repeats, not sampling noise."""
+    if len(repeats) < 2:
+        return check("repeats_agree", "warn", None, "one repeat: no spread between repeats to show; raise load.repeats")
+    disjoint = []
+    for metric in AGREEMENT_METRICS:
+        intervals = []
+        for repeat in repeats:
+            values = [r[metric] for r in repeat["requests"] if r["success"] and r[metric] is not None]
+            interval = median_interval(values)
+            if interval is not None:
+                intervals.append(interval)
+        if len(intervals) >= 2 and max(low for low, _ in intervals) > min(high for _, high in intervals):
+            shown = ", ".join(f"[{low * MS:.0f}, {high * MS:.0f}]" for low, high in intervals)
+            disjoint.append(f"median {metric.upper()} ms {shown}")
+    return check(
+        "repeats_agree",
+        passes(not disjoint),
+        len(disjoint),
+        "the repeats' 95 % intervals of the median do not overlap: " + "; ".join(disjoint)
+        if disjoint
+        else f"the {len(repeats)} repeats' 95 % intervals of the median TTFT and TPOT overlap",
+    )
+
+
+def percentile_support(pooled: list[dict]) -> dict:
+    """Per latency, the pooled sample size and the percentiles it supports (percentile_needs)."""
+    support = {}
+    for metric in ("ttft", "tpot", "e2el"):
+        n = sum(1 for r in pooled if r["success"] and r[metric] is not None)
+        support[metric] = {"n": n, "supported": [q for q in PERCENTILES if n >= percentile_needs(q)]}
+    support["itl"] = {"n": sum(len(r["itl"]) for r in pooled if r["success"])}
+    support["itl"]["supported"] = [q for q in PERCENTILES if support["itl"]["n"] >= percentile_needs(q)]
+    return support
+
+
+def summarize_level(
+    runs: list[LevelRun],
+    requests: list[LoadRequest],
+    *,
+    level: Level,
+    slo_ms: dict,
+    tokenizer,
+    prefix_caching: bool,
+) -> dict:
+    """A level over its repeats: vLLM's result fields over the pooled requests (durations
+    summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept."""
+    repeats = [
+        repeat_summary(run, requests, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching) for run in runs
+    ]
+    results = [s.result for run in runs for s in run.results]
+    duration = sum(run.duration_s for run in runs)
+    summary = aggregate(results, duration)
+    pooled = [r for repeat in repeats for r in repeat["requests"]]
+    arrivals = level.arrivals
+
+    def mean_of(key):
+        values = [repeat[key] for repeat in repeats if repeat[key] is not None]
+        return sum(values) / len(values) if values else None
+
+    summary.update(
+        {
+            "mode": level.mode,
+            "max_concurrency": level.concurrency,
+            "request_rate": arrivals.rate if arrivals is not None else "inf",
+            "ramp_end_rate": arrivals.ramp_to if arrivals is not None else None,
+            "burstiness": arrivals.burstiness if arrivals is not None else None,
+            "offered_request_rate": mean_of("offered_request_rate"),
+            "sent_request_rate": mean_of("sent_request_rate"),
+            "achieved_request_rate": mean_of("achieved_request_rate"),
+            "request_goodput": goodput(results, duration, slo_ms) if slo_ms else None,
+            "client_cpu_s": sum(run.client_cpu_s for run in runs),
+            "peak_kv_cache_usage_perc": max(repeat["peak_kv_cache_usage_perc"] for repeat in repeats),
+            "peak_num_requests_running": max(repeat["peak_num_requests_running"] for repeat in repeats),
+            "peak_num_requests_waiting": max(repeat["peak_num_requests_waiting"] for repeat in repeats),
+            "preemptions": sum(repeat["preemptions"] for repeat in repeats),
+            "across_repeats": {key: summarize(repeat[key] for repeat in repeats).to_json() for key in ACROSS_REPEATS},
+            "percentile_support": percentile_support(pooled),
+            "checks": [*worst_checks(repeats), repeats_agree(repeats)],
+            "repeats": repeats,
+        }
+    )
+    return summary
+
+
 def run_sweep(
     *,
     server: VLLMServer,
@@ -127,42 +238,59 @@ def run_sweep(
     prefix_caching: bool,
     progress=print,
 ) -> list[dict]:
-    """Every configured level against a running server; stops at the first level the server
-    does not survive (its failed requests are in the error)."""
+    """Every configured level against a running server, `load.repeats` passes over the levels
+    in turn (so slow drift spreads over all levels instead of biasing one), each level pass
+    after its warm-up; repeat k draws its open-loop schedule with seed + k. Stops at the first
+    level the server does not survive (its failed requests are in the error)."""
     requests = cycle_requests(workload, load["requests_per_level"])
-    summaries = []
-    for level in configured_levels(load):
-        label = level.label
+    levels = configured_levels(load)
+    runs = [[] for _ in levels]
+
+    def level_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed) -> LevelRun:
         run = asyncio.run(
             run_level(
                 server.base_url,
                 server.served_name,
-                requests,
-                concurrency=level.concurrency,
-                arrivals=level.arrivals,
-                seed=seed,
+                batch,
+                concurrency=concurrency,
+                arrivals=arrivals,
+                seed=pass_seed,
                 interval_s=load["metrics_interval_s"],
                 timeout_s=timeout_s,
             )
         )
-        failed = sum(not s.result.success for s in run.results)
         if not server.alive():
+            failed = sum(not s.result.success for s in run.results)
             raise ServerError(
-                f"the vLLM server died during the load level {label}: {failed} of {len(requests)} "
+                f"the vLLM server died during the load level {level.label}: {failed} of {len(batch)} "
                 f"requests failed; see {server.log_path}:\n{server.log_tail()}"
             )
-        summary = summarize_level(
-            run,
+        return run
+
+    for repeat in range(load["repeats"]):
+        for index, level in enumerate(levels):
+            if load["warmup"]:
+                warm = warmup_requests(requests, level)
+                level_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
+            run = level_pass(
+                level, requests, concurrency=level.concurrency, arrivals=level.arrivals, pass_seed=seed + repeat
+            )
+            runs[index].append(run)
+            summary = aggregate([s.result for s in run.results], run.duration_s)
+            failed = summary["failed"]
+            progress(
+                f"repeat {repeat + 1}/{load['repeats']}, {level.label}: {summary['output_throughput']:.1f} output "
+                f"tok/s, median TTFT {summary['median_ttft_ms']:.0f} ms, median TPOT "
+                f"{summary['median_tpot_ms']:.1f} ms, {failed} failed"
+            )
+    return [
+        summarize_level(
+            level_runs,
             requests,
             level=level,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,
         )
-        progress(
-            f"{label}: {summary['output_throughput']:.1f} output tok/s, median TTFT "
-            f"{summary['median_ttft_ms']:.0f} ms, median TPOT {summary['median_tpot_ms']:.1f} ms, "
-            f"{failed} failed"
-        )
-        summaries.append(summary)
-    return summaries
+        for level, level_runs in zip(levels, runs)
+    ]

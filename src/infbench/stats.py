@@ -121,3 +121,29 @@ def percentile(values, q: float) -> float:
     """Linear-interpolated percentile, as numpy and vLLM's benchmark compute it."""
     data = np.asarray(list(values), dtype=float)
     return float(np.percentile(data, q)) if data.size else math.nan
+
+
+def median_interval(values, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free interval for the median from order statistics: the j-th smallest and
+    j-th largest of n values, with j the largest index such that
+
+    P(x_(j) <= median <= x_(n-j+1)) = 1 - 2 * P(Binomial(n, 1/2) < j) >= confidence.
+
+    None when n is too small for that coverage (n < 6 at 95 %)."""
+    data = np.sort(np.asarray(list(values), dtype=float))
+    n = data.size
+    below, j = 0.0, 0  # below = P(Binomial(n, 1/2) < j + 1)
+    while True:
+        below += math.comb(n, j) / 2**n
+        if 1 - 2 * below < confidence:
+            break
+        j += 1
+    if j == 0:
+        return None
+    return float(data[j - 1]), float(data[n - j])
+
+
+def percentile_needs(q: float) -> int:
+    """Smallest sample whose pXX has at least one value above it in expectation:
+    n * (1 - q / 100) >= 1, so p50 needs 2, p90 10, p95 20, p99 100."""
+    return math.ceil(100 / (100 - q) - 1e-9)

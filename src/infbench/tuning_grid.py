@@ -8,7 +8,7 @@ import itertools
 
 from infbench.engine_settings import kv_cache_bytes
 from infbench.load_client import cycle_requests, run_level
-from infbench.load_sweep import Level, summarize_level
+from infbench.load_sweep import repeat_summary
 from infbench.server_metrics import server_kv_facts
 from infbench.vllm_server import ServerError, VLLMServer
 
@@ -65,10 +65,9 @@ def run_tuning(
             )
             if not server.alive():
                 raise ServerError(f"the vLLM server died in tuning cell {cell}; see {server.log_path}")
-        level = summarize_level(
+        level = repeat_summary(
             run,
             requests,
-            level=Level(tuning["concurrency"]),
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,

@@ -112,6 +112,8 @@ def model_artifacts(name):
         stages["server"] = rules.serve.output.server
         stages["load"] = rules.serve.output.load
         stages["kv_validation"] = rules.kv_validation.output[0]
+    if config["client_fidelity"]["enabled"]:
+        stages["client_fidelity"] = rules.client_fidelity.output[0]
     if config["tuning"]["enabled"]:
         stages["tuning"] = rules.tuning.output[0]
     return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
@@ -133,6 +135,7 @@ def run_time_records():
         (config["hf_baseline"]["enabled"], rules.hf_baseline),
         (config["vllm_offline"]["enabled"], rules.vllm_offline),
         (config["server"]["enabled"], rules.serve),
+        (config["client_fidelity"]["enabled"], rules.client_fidelity),
         (config["tuning"]["enabled"], rules.tuning),
     ]
     return [expand(measured.benchmark, model=name)[0] for name in MODELS for enabled, measured in measuring if enabled]

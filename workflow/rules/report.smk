@@ -11,6 +11,7 @@ rule html_report:
         run_times=run_time_records(),
         template=repository_file("report", "report.html.j2"),
         code=package_modules(
+            "checks",
             "html_report/__init__",
             "html_report/checks",
             "html_report/figures",

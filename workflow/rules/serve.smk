@@ -56,6 +56,58 @@ rule serve:
         "../../scripts/serve.py"
 
 
+rule client_fidelity:
+    """vLLM's own benchmark client and this pipeline's take turns on one server with the same work."""
+    output:
+        report(
+            "results/{model}/client_fidelity.json",
+            category="5 Server",
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output[0],
+        code=package_modules(
+            "arrivals",
+            "checks",
+            "client_fidelity",
+            "engine_settings",
+            "load_client",
+            "metrics",
+            "server_metrics",
+            "stats",
+            "vllm_server",
+        ),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        client_fidelity=config["client_fidelity"],
+        metrics_interval_s=config["load"]["metrics_interval_s"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "client_fidelity", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=60,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/client_fidelity/{model}.log",
+        server="logs/client_fidelity/{model}.server.log",
+    benchmark:
+        "benchmarks/{model}/client_fidelity.tsv"
+    script:
+        "../../scripts/client_fidelity.py"
+
+
 rule tuning:
     """A grid of server settings under a saturating load; each cell is its own server start."""
     output:

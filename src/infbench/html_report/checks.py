@@ -3,9 +3,8 @@ worst first."""
 
 from __future__ import annotations
 
+from infbench.checks import STATUS_RANK
 from infbench.html_report.sections import level_label
-
-STATUS_ORDER = {"fail": 0, "warn": 1, "pending": 2, "pass": 3}
 
 
 def collect_checks(model: str, artifacts: dict) -> list[dict]:
@@ -14,6 +13,9 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
     for level in (artifacts.get("load") or {}).get("levels", []):
         for item in level["checks"]:
             checks.append({"model": model, "stage": f"load {level_label(level)}", **item})
+    fidelity = artifacts.get("client_fidelity")
+    if fidelity:
+        checks += [{"model": model, "stage": "client fidelity", **item} for item in fidelity["checks"]]
     allocator = artifacts.get("allocator")
     if allocator:
         pool = allocator["pool_sizing_check"]
@@ -82,4 +84,4 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     "detail": "measured with uncommitted changes in the working tree",
                 }
             )
-    return sorted(checks, key=lambda c: STATUS_ORDER.get(c["status"], 9))
+    return sorted(checks, key=lambda c: STATUS_RANK.get(c["status"], 9))

@@ -28,7 +28,9 @@ def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) 
         offline = offline_section(
             artifacts.get("hf_baseline"), artifacts.get("vllm_offline"), artifacts.get("comparison")
         )
-        serving = serving_section(artifacts.get("server"), artifacts.get("load"), artifacts.get("tuning"))
+        serving = serving_section(
+            artifacts.get("server"), artifacts.get("load"), artifacts.get("tuning"), artifacts.get("client_fidelity")
+        )
         sections.append(
             {
                 "model": model,

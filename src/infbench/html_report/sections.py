@@ -219,33 +219,52 @@ def level_label(level: dict) -> str:
     return f"{rate} req/s{cap}"
 
 
-def serving_section(server: dict | None, load: dict | None, tuning: dict | None) -> dict | None:
+def interval_text(summary: dict, digits: int = 1) -> str:
+    """A 95 % interval as text; a dash where one repeat leaves it undefined."""
+    low, high = summary["ci95_low"], summary["ci95_high"]
+    if low is None or high is None or low != low or high != high:
+        return "–"
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def serving_section(
+    server: dict | None, load: dict | None, tuning: dict | None, fidelity: dict | None = None
+) -> dict | None:
     if not server or not load:
         return None
     levels = load["levels"]
-    table = pd.DataFrame(
-        [
-            {
-                "level": level_label(level),
-                "output tok/s": level["output_throughput"],
-                "req/s": level["request_throughput"],
-                "offered / achieved req/s": (
-                    f"{level['offered_request_rate']:.2f} / {level['achieved_request_rate']:.2f}"
-                    if level.get("offered_request_rate") is not None
-                    else ""
-                ),
-                "goodput req/s": level["request_goodput"],
-                **{
-                    f"{stat} {metric} ms": level[f"{stat}_{metric}_ms"]
-                    for metric in ("ttft", "tpot", "e2el")
-                    for stat in ("median", "p90", "p99")
-                },
-                "failed": level["failed"],
-                "peak KV %": level["peak_kv_cache_usage_perc"] * 100,
-            }
-            for level in levels
-        ]
-    )
+    rows = []
+    for level in levels:
+        across = level["across_repeats"]
+        support = level["percentile_support"]
+        row = {
+            "level": level_label(level),
+            "passes × requests": f"{len(level['repeats'])} × {len(level['repeats'][0]['requests'])}",
+            "output tok/s": across["output_throughput"]["mean"],
+            "output tok/s ci95": interval_text(across["output_throughput"]),
+        }
+        for metric in ("ttft", "tpot"):
+            row[f"median {metric} ms"] = across[f"median_{metric}_ms"]["mean"]
+            row[f"median {metric} ms ci95"] = interval_text(across[f"median_{metric}_ms"])
+        row["offered / achieved req/s"] = (
+            f"{level['offered_request_rate']:.2f} / {level['achieved_request_rate']:.2f}"
+            if level.get("offered_request_rate") is not None
+            else ""
+        )
+        row["goodput req/s"] = level["request_goodput"]
+        for metric in ("ttft", "tpot", "e2el"):
+            if metric == "e2el":
+                row["median e2el ms"] = across["median_e2el_ms"]["mean"]
+            for q in (90, 99):
+                # A percentile the pooled sample cannot support is left blank, not shown as if it meant something.
+                supported = q in support[metric]["supported"]
+                row[f"p{q} {metric} ms"] = level[f"p{q}_{metric}_ms"] if supported else None
+        row["failed"] = level["failed"]
+        row["peak KV %"] = level["peak_kv_cache_usage_perc"] * 100
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    percentiles = [c for c in table.columns if c.startswith(("p90 ", "p99 "))]
+    table[percentiles] = table[percentiles].astype(float)
     figures = []
     closed = table[[level["mode"] == "concurrency" for level in levels]]
 
@@ -288,13 +307,16 @@ def serving_section(server: dict | None, load: dict | None, tuning: dict | None)
             "TTFT and TPOT percentiles per level",
             draw_percentiles,
             table[["level", *[c for c in table.columns if c.endswith(" ms")]]],
+            "Medians are the mean of the repeats' medians; p90 and p99 are over every repeat's requests "
+            "together, left out where that pool is too small for them.",
         )
     )
     ttft = pd.DataFrame(
         [
             {"level": level_label(level), "TTFT ms": r["ttft"] * 1000}
             for level in levels
-            for r in level["requests"]
+            for repeat in level["repeats"]
+            for r in repeat["requests"]
             if r["success"]
         ]
     )
@@ -304,7 +326,12 @@ def serving_section(server: dict | None, load: dict | None, tuning: dict | None)
         sns.boxplot(data=ttft, x="level", y="TTFT ms", ax=ax, showfliers=False, fill=False, color="black", width=0.5)
 
     figures.append(
-        figure("TTFT distribution per level", draw_ttft, ttft.groupby("level")["TTFT ms"].describe().reset_index())
+        figure(
+            "TTFT distribution per level",
+            draw_ttft,
+            ttft.groupby("level")["TTFT ms"].describe().reset_index(),
+            "Every request of every repeat.",
+        )
     )
     series = pd.DataFrame(
         [
@@ -316,7 +343,7 @@ def serving_section(server: dict | None, load: dict | None, tuning: dict | None)
                 "waiting": sample.get("vllm:num_requests_waiting", float("nan")),
             }
             for level in levels
-            for sample in level["metrics_series"]
+            for sample in level["repeats"][0]["metrics_series"]
         ]
     )
     if not series.empty:
@@ -338,7 +365,7 @@ def serving_section(server: dict | None, load: dict | None, tuning: dict | None)
                 draw_series,
                 series,
                 "Requests running (solid lines) and waiting (dashed), and KV-cache usage (thick, "
-                "right axis), over each level's time.",
+                "right axis), over each level's first repeat.",
             )
         )
     tuning_table = None
@@ -362,10 +389,35 @@ def serving_section(server: dict | None, load: dict | None, tuning: dict | None)
         "server": server,
         "table": table,
         "figures": figures,
+        "repeats": len(levels[0]["repeats"]) if levels else 0,
+        "placement": load["client_placement"],
+        "fidelity": fidelity_table(fidelity),
+        "fidelity_meta": fidelity,
         "tuning": tuning_table,
         "tuning_meta": tuning,
         "study": study_figures.SERVER,
     }
+
+
+def fidelity_table(fidelity: dict | None) -> pd.DataFrame | None:
+    """Ours / vLLM's per compared figure, with its interval, per-round ratios and verdict."""
+    if not fidelity:
+        return None
+    status = {item["name"].removeprefix("client_fidelity_"): item["status"] for item in fidelity["checks"]}
+    return pd.DataFrame(
+        [
+            {
+                "figure": key,
+                "ours / vLLM's": ratio["ratio"],
+                "ci95": interval_text(ratio, 3),
+                "per round": ", ".join(f"{r:.3f}" for r in ratio["round_ratios"]),
+                "ours (median over rounds)": pd.Series([r["ours"][key] for r in fidelity["rounds"]]).median(),
+                "vLLM's (median over rounds)": pd.Series([r["vllm"][key] for r in fidelity["rounds"]]).median(),
+                "within ±5 %": status.get(key, ""),
+            }
+            for key, ratio in fidelity["ratios"].items()
+        ]
+    )
 
 
 def read_benchmarks(paths: list[str]) -> pd.DataFrame:
@@ -412,6 +464,9 @@ def overview_row(model: str, artifacts: dict) -> dict:
                         row[f"KV utilisation, {s['strategy']} (ShareGPT-like)"] = f"{s['utilisation']:.1%}"
     load = artifacts.get("load")
     if load:
-        best = max(load["levels"], key=lambda level: level["output_throughput"])
-        row["server peak output tok/s (level)"] = f"{best['output_throughput']:.1f} ({level_label(best)})"
+        best = max(load["levels"], key=lambda level: level["across_repeats"]["output_throughput"]["mean"])
+        throughput = best["across_repeats"]["output_throughput"]
+        row["server peak output tok/s (level)"] = (
+            f"{throughput['mean']:.1f} {interval_text(throughput)} ({level_label(best)})"
+        )
     return row
