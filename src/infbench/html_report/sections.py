@@ -227,12 +227,20 @@ def interval_text(summary: dict, digits: int = 1) -> str:
     return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def shown_tail(levels: list[dict]) -> int:
+    """The tail percentile the serving table shows beside p90: p99 where some level's pooled
+    requests support it, else p95 (the default 3 x 16 requests support p95, not p99)."""
+    supported = {q for level in levels for q in level["percentile_support"]["e2el"]["supported"]}
+    return 99 if 99 in supported else 95
+
+
 def serving_section(
     server: dict | None, load: dict | None, tuning: dict | None, fidelity: dict | None = None
 ) -> dict | None:
     if not server or not load:
         return None
     levels = load["levels"]
+    tail = shown_tail(levels)
     rows = []
     for level in levels:
         across = level["across_repeats"]
@@ -255,7 +263,7 @@ def serving_section(
         for metric in ("ttft", "tpot", "e2el"):
             if metric == "e2el":
                 row["median e2el ms"] = across["median_e2el_ms"]["mean"]
-            for q in (90, 99):
+            for q in (90, tail):
                 # A percentile the pooled sample cannot support is left blank, not shown as if it meant something.
                 supported = q in support[metric]["supported"]
                 row[f"p{q} {metric} ms"] = level[f"p{q}_{metric}_ms"] if supported else None
@@ -263,14 +271,14 @@ def serving_section(
         row["peak KV %"] = level["peak_kv_cache_usage_perc"] * 100
         rows.append(row)
     table = pd.DataFrame(rows)
-    percentiles = [c for c in table.columns if c.startswith(("p90 ", "p99 "))]
+    percentiles = [c for c in table.columns if c.startswith(("p90 ", f"p{tail} "))]
     table[percentiles] = table[percentiles].astype(float)
     figures = []
     closed = table[[level["mode"] == "concurrency" for level in levels]]
 
     def draw_curve(ax):
         sns.lineplot(data=closed, x="output tok/s", y="median e2el ms", marker="o", ax=ax, label="median E2E")
-        sns.lineplot(data=closed, x="output tok/s", y="p99 e2el ms", marker="s", ax=ax, label="p99 E2E")
+        sns.lineplot(data=closed, x="output tok/s", y=f"p{tail} e2el ms", marker="s", ax=ax, label=f"p{tail} E2E")
         for _, row in closed.iterrows():
             ax.annotate(
                 row["level"],
@@ -286,7 +294,7 @@ def serving_section(
             figure(
                 "Throughput vs latency across the concurrency sweep",
                 draw_curve,
-                closed[["level", "output tok/s", "median e2el ms", "p99 e2el ms"]],
+                closed[["level", "output tok/s", "median e2el ms", f"p{tail} e2el ms"]],
             )
         )
     long = table.melt(
@@ -307,7 +315,7 @@ def serving_section(
             "TTFT and TPOT percentiles per level",
             draw_percentiles,
             table[["level", *[c for c in table.columns if c.endswith(" ms")]]],
-            "Medians are the mean of the repeats' medians; p90 and p99 are over every repeat's requests "
+            f"Medians are the mean of the repeats' medians; p90 and p{tail} are over every repeat's requests "
             "together, left out where that pool is too small for them.",
         )
     )
