@@ -1,6 +1,7 @@
 """The serving stage with a real vLLM server and the real openai client, and its failures:
 every one ends with a clear error, no process left in the server's group, no port bound."""
 
+import json
 import os
 import re
 import signal
@@ -270,3 +271,33 @@ def test_interrupting_stops_the_server(tmp_path, tiny_model, how):
         assert run.returncode != 0 and not load.exists()
     if how == "sigterm-to-job":
         assert "interrupted" in stderr + stdout
+
+
+def test_the_client_moves_off_the_engines_cores_where_there_are_others():
+    """With the engine bound to the first CPU, the client process (every thread) moves to the
+    others; with no other CPU it stays and says it shares them."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    probe = (
+        "import json, os, threading; from infbench.engine_settings import place_client; "
+        "threading.Thread(target=threading.Event().wait, daemon=True).start(); "
+        "placement = place_client({threads}, 'cpu'); "
+        "tasks = [sorted(os.sched_getaffinity(int(t))) for t in os.listdir('/proc/self/task')]; "
+        "print(json.dumps({{**placement, 'tasks': tasks}}))"
+    )
+    moved = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe.format(threads=1)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert moved["engine_cpus"] == allowed[:1] and moved["client_cpus"] == allowed[1:]
+    assert not moved["client_shares_engine_cores"]
+    assert all(cpus == allowed[1:] for cpus in moved["tasks"])
+    shared = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe.format(threads=len(allowed))], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert shared["client_shares_engine_cores"] and "shares them" in shared["note"]
+    assert all(cpus == allowed for cpus in shared["tasks"])
