@@ -72,7 +72,7 @@ def test_repeats_that_disagree_beyond_their_intervals_are_flagged():
     slower = [0.060 + i * 1e-4 for i in range(16)]  # the machine slowed by 20 % between repeats
     level = level_of([fake_run(steady), fake_run(steady), fake_run(slower)])
     verdict = next(c for c in level["checks"] if c["name"] == "repeats_agree")
-    assert verdict["status"] == "fail" and "median TPOT" in verdict["detail"]
+    assert verdict["status"] == "warn" and "median TPOT" in verdict["detail"]
     # Noise within each repeat's own spread is not flagged.
     jittered = [0.050 + ((i * 7) % 16) * 1e-3 for i in range(16)]
     shifted = [t + 2e-3 for t in jittered]
