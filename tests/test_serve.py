@@ -214,7 +214,16 @@ def start_snakemake(workdir: Path, target: str) -> subprocess.Popen:
         "2",
         target,
     ]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # A shell that starts a command in the background (`make test &`, nohup) makes it ignore
+    # SIGINT, and children inherit that; reset it so Ctrl-C reaches Snakemake as at a terminal.
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def test_server_killed_mid_level_fails_the_rule_and_counts_failures(tmp_path, tiny_model):
@@ -261,7 +270,12 @@ def test_interrupting_stops_the_server(tmp_path, tiny_model, how):
         os.kill(rule_script_pid(workdir), signal.SIGTERM)
     else:
         run.send_signal(signal.SIGTERM)
-    stdout, stderr = run.communicate(timeout=300)
+    try:
+        stdout, stderr = run.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        for group in (run.pid, pgid):  # leave nothing running for the tests after this one
+            os.killpg(group, signal.SIGKILL)
+        raise
     assert not wait_gone(pgid, 60), f"server survived {how}"
     assert port_is_free(int(port))
     load = workdir / "results/tiny/load.json"
