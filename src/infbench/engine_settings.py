@@ -60,6 +60,8 @@ def vllm_engine_args(model_dir: str, dtype: str, engine: dict, seed: int, device
         "seed": seed,
         "disable_log_stats": False,
     }
+    if engine.get("max_num_seqs"):
+        args["max_num_seqs"] = engine["max_num_seqs"]
     if device == "cpu":
         # CUDA graphs and torch.compile do not apply on CPU; eager mode as in the study.
         args["enforce_eager"] = True
