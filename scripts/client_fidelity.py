@@ -5,8 +5,9 @@ import tempfile
 from pathlib import Path
 
 from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json
+from infbench.artifacts import read_json, read_jsonl, write_json, write_text_atomic
 from infbench.client_fidelity import (
+    VLLM_RESULT,
     alternate,
     fidelity_checks,
     fidelity_ratios,
@@ -67,9 +68,10 @@ def main(snakemake):
             lambda: run_vllm_bench(arguments, Path(scratch)),
             fidelity["rounds"],
         )
+        write_text_atomic(snakemake.output.vllm_result, (Path(scratch) / VLLM_RESULT).read_text())
     ratios = fidelity_ratios(rounds)
     write_json(
-        snakemake.output[0],
+        snakemake.output.fidelity,
         {
             "model": facts["name"],
             "settings": fidelity,

@@ -35,7 +35,9 @@ KEPT = (
     "median_e2el_ms",
     "client_cpu_s",
 )
-# The bar: a client whose figures sit within 5 % of vLLM's.
+# The file name vLLM's client saves its result under, in the result folder it is given.
+VLLM_RESULT = "vllm_bench.json"
+# The bar: a client whose figures sit within 5 % of vLLM's.
 TOLERANCE = 0.05
 
 
@@ -78,7 +80,7 @@ def vllm_bench_arguments(
         "--disable-tqdm",
         "--save-result",
         "--result-dir", str(result_dir),
-        "--result-filename", "vllm_bench.json",
+        "--result-filename", VLLM_RESULT,
     ]  # fmt: skip
 
 
@@ -92,7 +94,7 @@ def run_vllm_bench(arguments: list[str], result_dir: Path) -> dict:
     cpu_started = time.process_time()
     main(parser.parse_args(arguments))
     cpu_s = time.process_time() - cpu_started
-    result = read_json(result_dir / "vllm_bench.json")
+    result = read_json(result_dir / VLLM_RESULT)
     return {**{key: result[key] for key in KEPT if key in result}, "client_cpu_s": cpu_s}
 
 

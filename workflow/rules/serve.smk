@@ -59,12 +59,15 @@ rule serve:
 rule client_fidelity:
     """vLLM's own benchmark client and this pipeline's take turns on one server with the same work."""
     output:
-        report(
+        fidelity=report(
             "results/{model}/client_fidelity.json",
             category="5 Server",
             subcategory="{model}",
             caption="../../report/captions/serving.rst",
         ),
+        # vLLM's own result file of the last round, as `vllm bench serve --save-result` wrote it:
+        # it can sit in a run comparison (scripts/runs.py compare) beside this pipeline's runs.
+        vllm_result="results/{model}/client_fidelity/vllm_bench.json",
     input:
         model=rules.model.output[0],
         workload=rules.workload.output[0],
