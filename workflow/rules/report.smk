@@ -10,6 +10,7 @@ rule html_report:
         artifacts=artifact_paths(),
         run_times=run_time_records(),
         template=repository_file("report", "report.html.j2"),
+        style=repository_file("report", "style.css"),
         code=package_modules(
             "checks",
             "html_report/__init__",
