@@ -1,0 +1,81 @@
+"""Finished runs: pack one into an archive, unpack one, or compare two or more.
+
+  python scripts/runs.py pack [PROJECT] -o run.tar.gz
+  python scripts/runs.py unpack run.tar.gz -o FOLDER
+  python scripts/runs.py compare BASELINE CANDIDATE [...] [--html comparison.html] [--json comparison.json]
+                         [--threshold 0.05] [--label NAME ...] [--gate '*/serve/c=4/output_throughput' ...]
+
+A run is a project folder, its results/ folder, an archive made by `pack`, or the JSON file
+`vllm bench serve --save-result` writes. `compare` exits 1 when a gated figure regressed (its
+whole 95 % interval past the threshold in the worse direction), 2 on bad input, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from infbench.compare_command import write_comparison
+from infbench.errors import UserError
+from infbench.run_archive import pack, unpack
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "comparison.html.j2"
+
+
+def compare(args) -> int:
+    record, regressions = write_comparison(
+        args.runs,
+        html=args.html,
+        template=TEMPLATE,
+        json_path=args.json,
+        threshold=args.threshold,
+        labels=args.label,
+        gate_patterns=args.gate,
+    )
+    for comparison in record["comparisons"]:
+        counts = ", ".join(f"{count} {verdict}" for verdict, count in comparison["counts"].items())
+        print(f"{comparison['candidate']} vs {comparison['baseline']}: {counts}")
+    print(f"wrote {args.html}" + (f" and {args.json}" if args.json else ""))
+    for line in regressions:
+        print(line, file=sys.stderr)
+    if regressions:
+        print(f"gate: {len(regressions)} gated figure(s) regressed; see {args.html}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    packing = commands.add_parser("pack", help="a finished run's results, with provenance, in one .tar.gz")
+    packing.add_argument("project", nargs="?", default=".", help="the project folder (default: here)")
+    packing.add_argument("-o", "--output", required=True, help="the archive to write, *.tar.gz")
+    unpacking = commands.add_parser("unpack", help="an archive made by pack, checked, into a new folder")
+    unpacking.add_argument("archive")
+    unpacking.add_argument("-o", "--output", required=True, help="a new or empty folder")
+    comparing = commands.add_parser("compare", help="the first run is the baseline, the others candidates")
+    comparing.add_argument("runs", nargs="+", help="project folders, results/ folders, archives, vLLM result files")
+    comparing.add_argument("--html", default="comparison.html", help="the page to write (default comparison.html)")
+    comparing.add_argument("--json", help="also write the comparison as JSON")
+    comparing.add_argument("--threshold", type=float, default=0.05, help="smallest change called a difference")
+    comparing.add_argument("--label", action="append", help="a name per run, in order (default: what differs)")
+    comparing.add_argument("--gate", action="append", help="fail (exit 1) if a figure matching this key regressed")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "pack":
+            manifest = pack(args.project, args.output)
+            print(f"packed {len(manifest['files'])} files of {args.project} into {args.output}")
+            return 0
+        if args.command == "unpack":
+            manifest = unpack(args.archive, args.output)
+            print(f"unpacked {len(manifest['files'])} files into {args.output} (checksums verified)")
+            return 0
+        return compare(args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

