@@ -24,12 +24,13 @@ report: setup
 dry-run: setup
 	snakemake --cores $(CORES) --dry-run
 
-# The whole tree: Python (ruff lint and format), the rule files (snakefmt), the workflow (snakemake --lint).
+# The whole tree: Python (ruff lint and format), the rule files (snakefmt), both workflows (snakemake --lint).
 lint: setup
 	ruff check .
 	ruff format --check .
 	snakefmt --check .
 	snakemake --lint
+	snakemake --lint --snakefile workflow/compare/Snakefile --config runs='[baseline, candidate]'
 
 test: setup
 	bash scripts/setup-test-system.sh

@@ -4,7 +4,7 @@
 # this script installs does: the lock's checksum below ties them together. `make lock`
 # rewrites it, and a lock edited by hand stops here instead of installing a stale mix.
 set -euo pipefail
-LOCK_SHA256=f0532cc606806bc5815ceb91b369e68d81ff1d02cb7be29ec469a157b885b127
+LOCK_SHA256=31c27d1b4486ac483f81b43f114275911514feeef98be158ebdc0d1d573667b1
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if ! echo "$LOCK_SHA256  $here/cpu.lock.txt" | sha256sum --check --status; then
     echo "error: envs/cpu.lock.txt changed but envs/cpu.post-deploy.sh still names the old lock; run: make lock-checksums" >&2

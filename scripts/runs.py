@@ -3,7 +3,7 @@
   python scripts/runs.py pack [PROJECT] -o run.tar.gz
   python scripts/runs.py unpack run.tar.gz -o FOLDER
   python scripts/runs.py compare BASELINE CANDIDATE [...] [--html comparison.html] [--json comparison.json]
-                         [--threshold 0.05] [--label NAME ...] [--gate '*/serve/c=4/output_throughput' ...]
+                         [--threshold 0.10] [--label NAME ...] [--gate '*/serve/c=4/output_throughput' ...]
 
 A run is a project folder, its results/ folder, an archive made by `pack`, or the JSON file
 `vllm bench serve --save-result` writes. `compare` exits 1 when a gated figure regressed (its
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     comparing.add_argument("runs", nargs="+", help="project folders, results/ folders, archives, vLLM result files")
     comparing.add_argument("--html", default="comparison.html", help="the page to write (default comparison.html)")
     comparing.add_argument("--json", help="also write the comparison as JSON")
-    comparing.add_argument("--threshold", type=float, default=0.05, help="smallest change called a difference")
+    comparing.add_argument("--threshold", type=float, default=0.10, help="smallest change called a difference")
     comparing.add_argument("--label", action="append", help="a name per run, in order (default: what differs)")
     comparing.add_argument("--gate", action="append", help="fail (exit 1) if a figure matching this key regressed")
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ def write_comparison(
     template: str | Path,
     json_path: str | Path | None = None,
     sources: list[str] | None = None,
-    threshold: float = 0.05,
+    threshold: float = 0.10,
     labels: list[str] | None = None,
     gate_patterns: list[str] | None = None,
 ) -> tuple[dict, list[str]]:

@@ -259,10 +259,12 @@ def short_key(key: str) -> str:
 
 def auto_labels(runs: list[RunResults], differences: list[dict], most: int = 2) -> list[str]:
     """Each run named by what sets it apart: up to `most` differing keys every run has, as
-    key=value, else the first key only some runs have (a setting left at its default in one);
-    the source path where nothing differs or two labels would coincide."""
+    key=value; else the keys only some runs have, where there are at most `most` (a setting left
+    at its default in one run; more are stages one run did not run); else, or where two labels
+    would coincide, the source path."""
     usable = [d for d in differences if not d["key"].startswith("git.dirty")]
-    named = [d for d in usable if d["in_every_run"]][:most] or usable[:1]
+    everywhere = [d for d in usable if d["in_every_run"]]
+    named = everywhere[:most] or (usable if len(usable) <= most else [])
     labels = [
         "; ".join(f"{short_key(d['key'])}={d['values'][index]}" for d in named) or run.source
         for index, run in enumerate(runs)

@@ -1,0 +1,25 @@
+"""Rule `compare_runs` (workflow/compare/Snakefile): the runs, however they were fetched -> the
+comparison page and its JSON."""
+
+from infbench.compare_command import write_comparison
+from infbench.rule_logging import rule_logging
+
+
+def main(snakemake):
+    record, _ = write_comparison(
+        list(snakemake.input.runs),
+        sources=list(snakemake.params.sources),
+        html=snakemake.output.html,
+        json_path=snakemake.output.json,
+        template=snakemake.input.template,
+        threshold=snakemake.params.threshold,
+        labels=snakemake.params.labels,
+    )
+    for comparison in record["comparisons"]:
+        counts = ", ".join(f"{count} {verdict}" for verdict, count in comparison["counts"].items())
+        print(f"{comparison['candidate']} vs {comparison['baseline']}: {counts}")
+
+
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)
