@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from infbench.html_report.figures import figure
 from infbench.html_report.tables import fmt
@@ -59,9 +59,12 @@ def ratio_plot(rows: list[dict], title: str, threshold: float):
                     label=verdict,
                 )
         ax.set_xscale("log")
-        # Plain numbers on the log axis (its default labels are mathtext powers of ten).
+        # Plain numbers at 1-2-5 steps on the log axis (its default labels are mathtext powers of ten).
+        left, right = ax.get_xlim()
+        steps = [m * 10.0**e for e in range(-4, 5) for m in (1, 2, 5)]
+        ax.xaxis.set_major_locator(FixedLocator([step for step in steps if left <= step <= right]))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        ax.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}" if len(f"{value:g}") <= 4 else ""))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_yticks(y, names, fontsize=8)
         ax.set_xlabel("candidate / baseline (95 % interval), log scale")
         ax.legend(fontsize=8, loc="lower right")
