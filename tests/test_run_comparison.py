@@ -108,6 +108,23 @@ def test_the_gate_names_the_regressed_figure_and_refuses_a_pattern_that_matches_
         gate(record, ["*/serve/c=8/output_throughput"])
 
 
+def test_three_runs_give_two_comparisons_against_the_first():
+    base = run("a", {"m": {"load": artifact(128, "abc", [50, 51, 49], [100, 101, 99])}})
+    same = run("b", {"m": {"load": artifact(128, "abc", [50, 52, 48], [100, 102, 98])}})
+    small = run("c", {"m": {"load": artifact(16, "abc", [30, 31, 29], [200, 201, 199])}})
+    record = comparison_record([base, same, small], threshold=0.10)
+    assert record["differences"] == [
+        {"key": "config.engine.block_size", "in_every_run": True, "values": ["128", "128", "16"]}
+    ]
+    # Two runs share a label by what differs: all three are named by where they are.
+    assert [r["label"] for r in record["runs"]] == ["a", "b", "c"]
+    throughput = [
+        next(f["verdict"] for f in c["figures"] if f["metric"] == "output_throughput") for c in record["comparisons"]
+    ]
+    assert [(c["candidate"], c["baseline"]) for c in record["comparisons"]] == [("b", "a"), ("c", "a")]
+    assert throughput == [NO_DIFFERENCE, SLOWER]
+
+
 def test_models_named_differently_pair_when_each_run_has_one():
     base = run("a", {"laptop-name": {"load": artifact(128, "abc", [50, 51, 49], [100, 101, 99])}})
     cand = run("b", {"node-name": {"load": artifact(128, "abc", [50, 52, 49], [100, 100, 99])}})
