@@ -1,7 +1,7 @@
 """Rule `compare_runs` (workflow/compare/Snakefile): the runs, however they were fetched -> the
 comparison page and its JSON."""
 
-from infbench.compare_command import write_comparison
+from infbench.compare_command import verdict_counts, write_comparison
 from infbench.rule_logging import rule_logging
 
 
@@ -15,9 +15,7 @@ def main(snakemake):
         threshold=snakemake.params.threshold,
         labels=snakemake.params.labels,
     )
-    for comparison in record["comparisons"]:
-        counts = ", ".join(f"{count} {verdict}" for verdict, count in comparison["counts"].items())
-        print(f"{comparison['candidate']} vs {comparison['baseline']}: {counts}")
+    print("\n".join(verdict_counts(record)))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infbench.compare_command import write_comparison
+from infbench.compare_command import verdict_counts, write_comparison
 from infbench.errors import UserError
 from infbench.run_archive import pack, unpack
 
@@ -33,9 +33,7 @@ def compare(args) -> int:
         labels=args.label,
         gate_patterns=args.gate,
     )
-    for comparison in record["comparisons"]:
-        counts = ", ".join(f"{count} {verdict}" for verdict, count in comparison["counts"].items())
-        print(f"{comparison['candidate']} vs {comparison['baseline']}: {counts}")
+    print("\n".join(verdict_counts(record)))
     print(f"wrote {args.html}" + (f" and {args.json}" if args.json else ""))
     for line in regressions:
         print(line, file=sys.stderr)

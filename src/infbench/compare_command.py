@@ -42,3 +42,11 @@ def write_comparison(
     context = build_comparison_context(record, regressions if gate_patterns else None, gate_patterns or [])
     write_text_atomic(html, render(context, template))
     return record, regressions
+
+
+def verdict_counts(record: dict) -> list[str]:
+    """One line per candidate: how many figures got each verdict."""
+    return [
+        f"{c['candidate']} vs {c['baseline']}: " + ", ".join(f"{n} {verdict}" for verdict, n in c["counts"].items())
+        for c in record["comparisons"]
+    ]

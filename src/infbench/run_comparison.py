@@ -216,7 +216,7 @@ def compare_runs(baseline: RunResults, candidate: RunResults, threshold: float) 
     return {
         "baseline": baseline.label,
         "candidate": candidate.label,
-        "models": {candidate_model: base_model for candidate_model, base_model in models.items()},
+        "models": models,
         "counts": counts,
         "figures": [figure.to_json() for figure in figures],
         "only_in_baseline": sorted(set(base) - set(renamed)),
