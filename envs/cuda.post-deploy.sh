@@ -3,7 +3,7 @@
 # Snakemake rebuilds an environment when its YAML or this script changes, not when the
 # requirements this script installs do: their checksum below ties them together.
 set -euo pipefail
-REQUIREMENTS_SHA256=cc2a1fb5ef88514e7cd253d018b2ae08aadd5cb9eb84314d6e1d203bdef88309
+REQUIREMENTS_SHA256=d65d2332fadd0a70df72d67422de156a31e115819e0c0a1e05817d39bece8da6
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if ! echo "$REQUIREMENTS_SHA256  $here/cuda.requirements.txt" | sha256sum --check --status; then
     echo "error: envs/cuda.requirements.txt changed but envs/cuda.post-deploy.sh still names the old file; run: make lock-checksums" >&2
