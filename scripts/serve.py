@@ -1,16 +1,32 @@
-"""Rule `serve`: start vLLM's OpenAI-compatible server, run the study's request and the load
-sweep with the openai client, stop the server -> server.json and load.json."""
+"""Rule `serve`: start vLLM's OpenAI-compatible server (or, with server.external, reach the
+endpoint the user runs), run the study's request and the load sweep with the openai client,
+stop what it started -> server.json and load.json."""
 
 from pathlib import Path
 
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
 from infbench.engine_settings import engine_env, place_client, vllm_engine_args
+from infbench.external_endpoint import ExternalEndpoint
 from infbench.load_sweep import run_sweep, study_request
 from infbench.rule_logging import rule_logging
 from infbench.server_metrics import server_kv_facts
 from infbench.vllm_server import VLLMServer, raise_on_sigterm
-from infbench.workload import STUDY_API_PROMPT
+from infbench.workload import STUDY_API_PROMPT, has_chat_template
+
+
+def measured_server(params, model_dir: Path, served_name: str, log_path: str):
+    """The endpoint given in server.external, or a vLLM server of the model, not yet entered."""
+    external = params.server.get("external")
+    if external:
+        return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
+    return VLLMServer(
+        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
+        served_name,
+        log_path,
+        env=engine_env(params.threads, params.device),
+        startup_timeout_s=params.server["startup_timeout_s"],
+    )
 
 
 def main(snakemake):
@@ -23,25 +39,24 @@ def main(snakemake):
     facts = read_json(model_dir / "model.json")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     workload = read_jsonl(snakemake.input.workload)
-    engine_args = vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device)
-    server = VLLMServer(
-        engine_args,
-        facts["name"],
-        snakemake.log.server,
-        env=engine_env(params.threads, params.device),
-        startup_timeout_s=params.server["startup_timeout_s"],
-    )
+    server = measured_server(params, model_dir, facts["name"], snakemake.log.server)
+    endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
+    notes = []
+    if params.load["chat_concurrency"] and not has_chat_template(tokenizer):
+        notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
     with server:
         placement = place_client(params.threads, params.device)
-        print(f"server ready on {server.base_url} after {server.startup_s:.1f} s; {placement['note']}")
-        kv = server_kv_facts(server.base_url)
+        where = "external endpoint" if endpoint else f"server ready after {server.startup_s:.1f} s"
+        print(f"{where} on {server.base_url}; {placement['note']}")
+        kv = server_kv_facts(server.base_url) if server.metrics else None
         request = study_request(
             base_url=server.base_url,
-            model=facts["name"],
+            model=server.served_name,
             prompt=STUDY_API_PROMPT,
             warm_requests=params.server["warm_requests"],
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],
+            api_key=server.api_key,
         )
         print(f"study request: cold {request['cold']['latency_s']:.2f} s")
         levels = run_sweep(
@@ -51,16 +66,19 @@ def main(snakemake):
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],
             tokenizer=tokenizer,
-            prefix_caching=params.engine["enable_prefix_caching"],
+            prefix_caching=kv["prefix_caching"] if kv else None,
         )
+    for note in notes:
+        print(f"note: {note}")
     record = provenance.collect(params.provenance_config, params.threads, started, params.device)
     write_json(
         snakemake.output.server,
         {
             "model": facts["name"],
+            "endpoint": endpoint,
             "startup_s": server.startup_s,
             "host": server.host,
-            "command": server.command[1:],
+            "command": server.command[1:] if server.command else None,
             "kv": kv,
             "study_request": request,
             "provenance": record,
@@ -71,10 +89,12 @@ def main(snakemake):
         snakemake.output.load,
         {
             "model": facts["name"],
+            "endpoint": endpoint,
             "slo_ms": params.load["slo_ms"],
             "settings": params.load,
             "client_placement": placement,
             "levels": levels,
+            "notes": notes,
             "provenance": record,
         },
         schema_name="load",

@@ -189,7 +189,7 @@ def test_same_model_check_separates_weights_not_dtypes(embedded_model, tiny_mode
 
     def verdict(generator, scorer):
         outputs = greedy_outputs(generator, tokenizer, prompts)
-        gaps = {rid: teacher_forced_gaps(scorer, tokenizer, prompts[rid], outputs[rid]) for rid in prompts}
+        gaps = {rid: teacher_forced_gaps(scorer, tokenizer(prompts[rid])["input_ids"], outputs[rid]) for rid in prompts}
         return same_model_verdict(outputs, outputs, gaps, 0.9)
 
     assert verdict(full, full)["flagged"] is False

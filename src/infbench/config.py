@@ -99,6 +99,22 @@ def check_schema(config: dict, schema: dict) -> None:
         )
 
 
+def fill_defaults(value: Any, node: dict, schema: dict) -> None:
+    """Set the schema's `default` of every absent optional key, in every mapping present, so
+    that each stage reads one complete config (and a key written out equals a key left out)."""
+    if "$ref" in node:
+        node = _resolve_ref(schema, node["$ref"])
+    if isinstance(value, dict):
+        for key, child in node.get("properties", {}).items():
+            if key not in value and "default" in child:
+                value[key] = child["default"]
+            if key in value:
+                fill_defaults(value[key], child, schema)
+    elif isinstance(value, list) and "items" in node:
+        for item in value:
+            fill_defaults(item, node["items"], schema)
+
+
 def check_semantics(config: dict, base_dir: Path) -> None:
     names = [model["name"] for model in config["models"]]
     duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -126,6 +142,19 @@ def check_semantics(config: dict, base_dir: Path) -> None:
                 f"config error: workload.synthetic.{key}.min = {dist['min']} is larger than max = {dist['max']}; "
                 "allowed: min <= max"
             )
+    if config["server"]["external"] and len(config["models"]) != 1:
+        raise ConfigError(
+            f"config error: server.external measures one endpoint, but models lists {len(config['models'])}; "
+            "allowed: one model, the one whose tokenizer matches the endpoint's model"
+        )
+    workload = config["workload"]
+    if workload["source"] == "dataset":
+        path = resolve_path(workload["dataset"]["path"], base_dir)
+        if not path.exists():
+            raise ConfigError(
+                f"config error: workload.dataset.path = {workload['dataset']['path']!r}: no file or folder there "
+                f"(looked for {path}); give the path of your prompt file or dataset folder"
+            )
     longest_study = max(config["benchmark"]["study_max_new_tokens"])
     if longest_study + 32 > engine["max_model_len"]:
         raise ConfigError(
@@ -145,7 +174,9 @@ def validate_config(config: Any, schema_path: str | Path, base_dir: Path) -> dic
     and what a schema cannot say; raise ConfigError with one clear line on the first problem."""
     if not isinstance(config, dict) or not config:
         raise ConfigError("config error: the config is empty or not a mapping; start from config/config.yaml")
-    check_schema(config, load_schema(schema_path))
+    schema = load_schema(schema_path)
+    check_schema(config, schema)
+    fill_defaults(config, schema, schema)
     check_semantics(config, base_dir)
     return config
 

@@ -11,6 +11,7 @@ from transformers.generation.streamers import BaseStreamer
 from infbench.engine_report import CLOCK, TIMING, thread_cpus
 from infbench.metrics import RequestResult, itl_from_token_times
 from infbench.offline_scenarios import BatchRun
+from infbench.workload import adds_special_tokens
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -76,7 +77,13 @@ class HFRunner:
         new_tokens = max(r["max_tokens"] for r in batch)
         timer = TokenTimer()
         started = CLOCK()
-        encoded = self.tokenizer([r["prompt"] for r in batch], return_tensors="pt", padding=True).to(self.model.device)
+        # One workload has one API, so the batch shares adds_special_tokens.
+        encoded = self.tokenizer(
+            [r["prompt"] for r in batch],
+            add_special_tokens=adds_special_tokens(batch[0]),
+            return_tensors="pt",
+            padding=True,
+        ).to(self.model.device)
         with torch.inference_mode():
             output = self.model.generate(
                 **encoded,

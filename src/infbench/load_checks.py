@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infbench.checks import check
+from infbench.checks import check, not_available
 from infbench.load_client import LevelRun
 
 CLIENT_CPU_WARN = 0.8  # share of one core the client may use before its timing is suspect
@@ -97,6 +97,10 @@ def validity_checks(run: LevelRun, requests, tokenizer, prefix_caching: bool) ->
                 f"requests left the client up to {lag * 1000:.0f} ms after their scheduled time",
             )
         )
+    if not run.metrics.available:
+        return checks + [
+            not_available(name, "vLLM's /metrics") for name in ("metrics_coverage", "prefix_cache_hit_rate")
+        ]
     busy = [sample for sample in run.metrics.samples if sample.get("vllm:num_requests_running", 0) > 0]
     checks.append(
         check(

@@ -29,6 +29,7 @@ class LoadRequest:
     prompt: str
     prompt_tokens: int
     max_tokens: int
+    messages: list[dict] | None = None  # the user turn, for /v1/chat/completions
 
 
 @dataclass
@@ -36,6 +37,9 @@ class StreamedResult:
     result: RequestResult
     text: str
     sent_at: float  # perf_counter when the request was sent
+
+
+APIS = ("completions", "chat")
 
 
 def sse_data(line: str) -> dict | None:
@@ -47,26 +51,46 @@ def sse_data(line: str) -> dict | None:
     return None if payload == "[DONE]" else json.loads(payload)
 
 
-async def stream_completion(client: openai.AsyncOpenAI, model: str, request: LoadRequest) -> StreamedResult:
-    """One streamed completion, greedy, exactly `max_tokens` long (ignore_eos), with the
-    sampling fields vLLM's benchmark client sends and no others. The openai
-    client builds and sends the request; its stream's lines are read raw and each parsed
-    with json.loads, because building the SDK's typed object for every chunk cost 4-5 times
-    the CPU of vLLM's client, taken from the engine where they share cores."""
+def streamed_response(client: openai.AsyncOpenAI, model: str, request: LoadRequest, api: str):
+    """The streamed request, greedy, exactly `max_tokens` long (ignore_eos), with the fields
+    vLLM's benchmark client sends for this API and no others: `prompt` and `max_tokens` to
+    /v1/completions (its openai backend), `messages` and `max_completion_tokens` to
+    /v1/chat/completions (its openai-chat backend), where the server applies the model's chat
+    template. ignore_eos alone fixes the length, as in vLLM's client; min_tokens or a seed
+    would make the engine run a per-request logits processor or generator at every step."""
+    common = {
+        "model": model,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "extra_body": {"ignore_eos": True},
+    }
+    if api == "chat":
+        return client.chat.completions.with_streaming_response.create(
+            messages=request.messages, max_completion_tokens=request.max_tokens, **common
+        )
+    return client.completions.with_streaming_response.create(
+        prompt=request.prompt, max_tokens=request.max_tokens, **common
+    )
+
+
+def chunk_text(choice: dict, api: str) -> str:
+    """The text a streamed choice carries: `text` (completions) or `delta.content` (chat)."""
+    return (choice.get("delta", {}).get("content") if api == "chat" else choice.get("text")) or ""
+
+
+async def stream_request(
+    client: openai.AsyncOpenAI, model: str, request: LoadRequest, api: str = "completions"
+) -> StreamedResult:
+    """One streamed request. The openai client builds and sends it; its stream's lines are read
+    raw and each parsed with json.loads, because building the SDK's typed object for every
+    chunk cost 4-5 times the CPU of vLLM's client, taken from the engine where they share
+    cores. Every chunk with a choice counts, its text empty or not (the chat endpoint's first
+    chunk carries only the role), as in vLLM's client for both APIs."""
     started = time.perf_counter()
     first, latest, itl, text, output_tokens, prompt_tokens = None, started, [], [], None, request.prompt_tokens
     try:
-        async with client.completions.with_streaming_response.create(
-            model=model,
-            prompt=request.prompt,
-            max_tokens=request.max_tokens,
-            temperature=0.0,
-            stream=True,
-            stream_options={"include_usage": True},
-            # ignore_eos alone fixes the length, as in vLLM's client; min_tokens or a seed would
-            # make the engine run a per-request logits processor or generator at every step.
-            extra_body={"ignore_eos": True},
-        ) as response:
+        async with streamed_response(client, model, request, api) as response:
             async for line in response.iter_lines():
                 data = sse_data(line)
                 if data is None:
@@ -78,7 +102,7 @@ async def stream_completion(client: openai.AsyncOpenAI, model: str, request: Loa
                     else:
                         itl.append(now - latest)
                     latest = now
-                    text.append(data["choices"][0].get("text") or "")
+                    text.append(chunk_text(data["choices"][0], api))
                 elif data.get("usage"):
                     output_tokens = data["usage"]["completion_tokens"]
                     prompt_tokens = data["usage"].get("prompt_tokens") or prompt_tokens
@@ -92,13 +116,14 @@ async def stream_completion(client: openai.AsyncOpenAI, model: str, request: Loa
     return StreamedResult(result, "".join(text), started)
 
 
-def load_client(base_url: str, timeout_s: float) -> openai.AsyncOpenAI:
+def load_client(base_url: str, timeout_s: float, api_key: str | None = None) -> openai.AsyncOpenAI:
     """The openai client on its aiohttp transport: the HTTP stack vLLM's benchmark client uses
     (the default httpx one cost about twice its CPU per chunk). Its pool allows 1,000
-    connections, more than any level keeps in flight."""
+    connections, more than any level keeps in flight. `api_key`: an external endpoint's key
+    (a server this pipeline starts needs none)."""
     return openai.AsyncOpenAI(
         base_url=f"{base_url}/v1",
-        api_key="not-needed",
+        api_key=api_key or "not-needed",
         max_retries=0,
         timeout=timeout_s,
         http_client=openai.DefaultAioHttpClient(timeout=timeout_s),
@@ -125,23 +150,27 @@ async def run_level(
     seed: int,
     interval_s: float,
     timeout_s: float,
+    api: str = "completions",
+    api_key: str | None = None,
+    scrape_metrics: bool = True,
 ) -> LevelRun:
     """Closed loop (`arrivals` None: `concurrency` requests in flight) or open loop (requests
     sent on the `arrivals` schedule, at most `concurrency` in flight where it is given, as
-    vLLM's --max-concurrency)."""
-    client = load_client(base_url, timeout_s)
+    vLLM's --max-concurrency), through `api`. Without `scrape_metrics` (an endpoint with no
+    /metrics) the level's server series is empty."""
+    client = load_client(base_url, timeout_s, api_key)
     scheduled = [] if arrivals is None else send_offsets(len(requests), arrivals, seed)
     gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
     try:
         # Entering and leaving the scraper scrape synchronously: nothing is timed then.
-        with MetricsScraper(base_url, interval_s) as scraper:
+        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
             cpu_started = time.process_time()
 
             async def send(request, when):
                 await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
                 async with gate:
-                    return await stream_completion(client, model, request)
+                    return await stream_request(client, model, request, api)
 
             results = await asyncio.gather(*(send(r, w) for r, w in zip(requests, scheduled or [0.0] * len(requests))))
             duration = time.perf_counter() - started
@@ -155,5 +184,6 @@ def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:
     """`count` requests from the workload, in order, repeated as needed."""
     picked = (workload[i % len(workload)] for i in range(count))
     return [
-        LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"]) for i, r in enumerate(picked)
+        LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"], r.get("messages"))
+        for i, r in enumerate(picked)
     ]

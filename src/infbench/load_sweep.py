@@ -12,16 +12,20 @@ import openai
 from infbench import study_figures
 from infbench.arrivals import Arrivals
 from infbench.checks import STATUS_RANK, check
+from infbench.external_endpoint import ExternalEndpoint
 from infbench.load_checks import open_loop_rates, validity_checks
 from infbench.load_client import LevelRun, LoadRequest, cycle_requests, run_level
 from infbench.metrics import MS, PERCENTILES, aggregate, goodput
 from infbench.stats import median_interval, percentile_needs, summarize
 from infbench.vllm_server import ServerError, VLLMServer
+from infbench.workload import has_chat_template
 
 
-def study_request(*, base_url: str, model: str, prompt: str, warm_requests: int, seed: int, timeout_s: float) -> dict:
+def study_request(
+    *, base_url: str, model: str, prompt: str, warm_requests: int, seed: int, timeout_s: float, api_key=None
+) -> dict:
     """The study's part 5 as it did it (non-streamed, 50 tokens, temperature 0.7), cold then warm."""
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="not-needed", max_retries=0, timeout=timeout_s)
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key or "not-needed", max_retries=0, timeout=timeout_s)
     calls = []
     for _ in range(1 + warm_requests):
         started = time.perf_counter()
@@ -54,6 +58,7 @@ class Level:
 
     concurrency: int | None
     arrivals: Arrivals | None = None
+    api: str = "completions"  # or "chat": /v1/chat/completions, through the model's chat template
 
     @property
     def mode(self) -> str:
@@ -63,19 +68,26 @@ class Level:
 
     @property
     def label(self) -> str:
+        prefix = "chat, " if self.api == "chat" else ""
         if self.arrivals is None:
-            return f"concurrency {self.concurrency}"
+            return f"{prefix}concurrency {self.concurrency}"
         rate = f"{self.arrivals.rate}" + (f"->{self.arrivals.ramp_to}" if self.arrivals.ramp_to is not None else "")
-        return f"rate {rate} req/s" + (f", at most {self.concurrency} in flight" if self.concurrency else "")
+        return f"{prefix}rate {rate} req/s" + (f", at most {self.concurrency} in flight" if self.concurrency else "")
 
 
-def configured_levels(load: dict) -> list[Level]:
-    """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them."""
-    levels = [Level(concurrency) for concurrency in load["concurrency"]]
-    levels += [Level(load["max_concurrency"], Arrivals(rate, load["burstiness"])) for rate in load["request_rates"]]
+def configured_levels(load: dict, api: str = "completions", chat_available: bool = True) -> list[Level]:
+    """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them,
+    all through the workload's API; then, for a completions workload of a model with a chat
+    template, the closed-loop chat levels (load.chat_concurrency)."""
+    levels = [Level(concurrency, api=api) for concurrency in load["concurrency"]]
+    levels += [
+        Level(load["max_concurrency"], Arrivals(rate, load["burstiness"]), api) for rate in load["request_rates"]
+    ]
     if load["ramp"]:
         ramp = Arrivals(load["ramp"]["start_rate"], load["burstiness"], load["ramp"]["end_rate"])
-        levels.append(Level(load["max_concurrency"], ramp))
+        levels.append(Level(load["max_concurrency"], ramp, api))
+    if api == "completions" and chat_available:
+        levels += [Level(concurrency, api="chat") for concurrency in load["chat_concurrency"]]
     return levels
 
 
@@ -108,7 +120,8 @@ def repeat_summary(
     """One pass of a level: vLLM's result fields, its rates, server state and validity checks."""
     results = [s.result for s in run.results]
     summary = aggregate(results, run.duration_s)
-    preemptions = run.metrics.first_last("vllm:num_preemptions_total")
+    series = run.metrics
+    preemptions = series.first_last("vllm:num_preemptions_total")
     rates = open_loop_rates(run) or {}
     summary.update(
         {
@@ -117,10 +130,10 @@ def repeat_summary(
             "achieved_request_rate": rates.get("achieved"),
             "request_goodput": goodput(results, run.duration_s, slo_ms) if slo_ms else None,
             "client_cpu_s": run.client_cpu_s,
-            "peak_kv_cache_usage_perc": run.metrics.peak("vllm:kv_cache_usage_perc"),
-            "peak_num_requests_running": run.metrics.peak("vllm:num_requests_running"),
-            "peak_num_requests_waiting": run.metrics.peak("vllm:num_requests_waiting"),
-            "preemptions": preemptions[1] - preemptions[0],
+            "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
+            "peak_num_requests_running": series.peak("vllm:num_requests_running"),
+            "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
+            "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             "checks": validity_checks(run, requests, tokenizer, prefix_caching),
             "metrics_series": run.metrics.samples,
             "requests": [{**s.result.to_json(), "sent_s": s.sent_at - run.started} for s in run.results],
@@ -204,8 +217,18 @@ def summarize_level(
         values = [repeat[key] for repeat in repeats if repeat[key] is not None]
         return sum(values) / len(values) if values else None
 
+    # Server figures from /metrics: None where the server publishes none (an external endpoint).
+    def max_of(key):
+        values = [repeat[key] for repeat in repeats if repeat[key] is not None]
+        return max(values) if values else None
+
+    def sum_of(key):
+        values = [repeat[key] for repeat in repeats if repeat[key] is not None]
+        return sum(values) if values else None
+
     summary.update(
         {
+            "api": level.api,
             "mode": level.mode,
             "max_concurrency": level.concurrency,
             "request_rate": arrivals.rate if arrivals is not None else "inf",
@@ -216,10 +239,10 @@ def summarize_level(
             "achieved_request_rate": mean_of("achieved_request_rate"),
             "request_goodput": goodput(results, duration, slo_ms) if slo_ms else None,
             "client_cpu_s": sum(run.client_cpu_s for run in runs),
-            "peak_kv_cache_usage_perc": max(repeat["peak_kv_cache_usage_perc"] for repeat in repeats),
-            "peak_num_requests_running": max(repeat["peak_num_requests_running"] for repeat in repeats),
-            "peak_num_requests_waiting": max(repeat["peak_num_requests_waiting"] for repeat in repeats),
-            "preemptions": sum(repeat["preemptions"] for repeat in repeats),
+            "peak_kv_cache_usage_perc": max_of("peak_kv_cache_usage_perc"),
+            "peak_num_requests_running": max_of("peak_num_requests_running"),
+            "peak_num_requests_waiting": max_of("peak_num_requests_waiting"),
+            "preemptions": sum_of("preemptions"),
             "across_repeats": {key: summarize(repeat[key] for repeat in repeats).to_json() for key in ACROSS_REPEATS},
             "percentile_support": percentile_support(pooled),
             "checks": [*worst_checks(repeats), repeats_agree(repeats)],
@@ -231,7 +254,7 @@ def summarize_level(
 
 def run_sweep(
     *,
-    server: VLLMServer,
+    server: VLLMServer | ExternalEndpoint,
     workload: list[dict],
     load: dict,
     seed: int,
@@ -240,12 +263,13 @@ def run_sweep(
     prefix_caching: bool,
     progress=print,
 ) -> list[dict]:
-    """Every configured level against a running server, `load.repeats` passes over the levels
-    in turn (so slow drift spreads over all levels instead of biasing one), each level pass
-    after its warm-up; repeat k draws its open-loop schedule with seed + k. Stops at the first
-    level the server does not survive (its failed requests are in the error)."""
+    """Every configured level against a running server (this pipeline's or an external one),
+    `load.repeats` passes over the levels in turn (so slow drift spreads over all levels
+    instead of biasing one), each level pass after its warm-up; repeat k draws its open-loop
+    schedule with seed + k. Stops at the first level the server does not survive (its failed
+    requests are in the error)."""
     requests = cycle_requests(workload, load["requests_per_level"])
-    levels = configured_levels(load)
+    levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer))
     runs = [[] for _ in levels]
 
     def level_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed) -> LevelRun:
@@ -259,13 +283,16 @@ def run_sweep(
                 seed=pass_seed,
                 interval_s=load["metrics_interval_s"],
                 timeout_s=timeout_s,
+                api=level.api,
+                api_key=server.api_key,
+                scrape_metrics=server.metrics,
             )
         )
         if not server.alive():
             failed = sum(not s.result.success for s in run.results)
             raise ServerError(
-                f"the vLLM server died during the load level {level.label}: {failed} of {len(batch)} "
-                f"requests failed; see {server.log_path}:\n{server.log_tail()}"
+                f"the server stopped answering during the load level {level.label}: {failed} of {len(batch)} "
+                f"requests failed; its log:\n{server.log_tail()}"
             )
         return run
 

@@ -43,8 +43,11 @@ def git_commit(code_dir: str | Path = Path(__file__).parent) -> dict:
     return {"commit": commit, "dirty": bool(run("status", "--porcelain", "--untracked-files=no")) if commit else None}
 
 
-def collect(config_section: dict, threads: int | None, started: str, device: str = "cpu") -> dict:
-    """Provenance block for an artifact; `started` is the ISO time measuring began."""
+def collect(
+    config_section: dict, threads: int | None, started: str, device: str = "cpu", inputs: dict | None = None
+) -> dict:
+    """Provenance block for an artifact; `started` is the ISO time measuring began; `inputs`:
+    {name: SHA-256} of the user's files the numbers depend on."""
     record = {
         "config": config_section,
         "versions": {"python": platform.python_version(), **package_versions()},
@@ -62,4 +65,6 @@ def collect(config_section: dict, threads: int | None, started: str, device: str
     }
     if device == "cuda":
         record["machine"]["gpus"] = gpu_names()
+    if inputs:
+        record["inputs"] = inputs
     return record

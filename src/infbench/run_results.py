@@ -16,7 +16,16 @@ from infbench.run_archive import ARCHIVE_SUFFIXES, unpack
 
 # The artifacts a comparison reads from results/{model}/ (offline rounds beyond the first are
 # left out: a folder can hold rounds of an earlier configuration).
-STAGES = ("hf_baseline", "vllm_offline", "comparison", "server", "load", "client_fidelity", "tuning")
+STAGES = (
+    "workload_summary",
+    "hf_baseline",
+    "vllm_offline",
+    "comparison",
+    "server",
+    "load",
+    "client_fidelity",
+    "tuning",
+)
 VLLM_BENCH = "vllm bench serve"
 # Fields every `vllm bench serve --save-result` file has (vllm/benchmarks/serve.py).
 VLLM_BENCH_FIELDS = ("backend", "model_id", "completed", "duration", "output_throughput", "median_ttft_ms")
@@ -77,7 +86,7 @@ def pipeline_run(root: Path, source: str) -> RunResults:
         artifacts = {
             stage: read_json_file(folder / f"{stage}.json") for stage in STAGES if (folder / f"{stage}.json").is_file()
         }
-        if not artifacts:
+        if not artifacts.keys() - {"workload_summary"}:  # a workload alone holds no figures
             continue
         facts = results.parent / "resources" / "models" / folder.name / "model.json"
         if facts.is_file():

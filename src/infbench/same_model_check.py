@@ -27,7 +27,7 @@ NEAR_TIE_LOGITS = 0.5
 
 
 def teacher_forced_gaps(
-    model, tokenizer, prompt: str, continuation: list[int], suppressed: set[int] = frozenset()
+    model, prompt_ids: list[int], continuation: list[int], suppressed: set[int] = frozenset()
 ) -> list[float]:
     """For each token of `continuation`: HF's best logit minus the logit HF gives that token,
     with the prompt and the preceding continuation tokens as context (0 = HF's own pick).
@@ -35,7 +35,6 @@ def teacher_forced_gaps(
     min_tokens mask EOS and stop tokens), so HF must choose among the same tokens."""
     import torch
 
-    prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
     ids = torch.tensor([prompt_ids + continuation], device=model.device)
     with torch.inference_mode():
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
@@ -89,13 +88,14 @@ def gaps_under_hf(model_dir: str, dtype: str, device: str, workload: list[dict],
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from infbench.hf_runner import TORCH_DTYPES, stop_token_ids
+    from infbench.workload import prompt_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[dtype]).to(device).eval()
     suppressed = stop_token_ids(model, tokenizer)
-    prompts = {r["id"]: r["prompt"] for r in workload}
+    prompts = {r["id"]: prompt_token_ids(tokenizer, r) for r in workload}
     return {
-        rid: teacher_forced_gaps(model, tokenizer, prompts[rid], tokens, suppressed)
+        rid: teacher_forced_gaps(model, prompts[rid], tokens, suppressed)
         for rid, tokens in vllm_outputs.items()
         if rid in prompts and tokens
     }

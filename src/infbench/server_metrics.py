@@ -20,12 +20,16 @@ COUNTERS = ("vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_ca
 @dataclass
 class MetricsSeries:
     samples: list[dict] = field(default_factory=list)  # {t, <metric>: value}
+    available: bool = True  # False: the server publishes no /metrics, so nothing was scraped
 
     def first_last(self, name: str) -> tuple[float, float]:
         values = [s[name] for s in self.samples if name in s]
         return (values[0], values[-1]) if values else (0.0, 0.0)
 
-    def peak(self, name: str) -> float:
+    def peak(self, name: str) -> float | None:
+        """The highest sample (0 if none caught it), None where /metrics is not available."""
+        if not self.available:
+            return None
         return max((s[name] for s in self.samples if name in s), default=0.0)
 
 
@@ -44,10 +48,10 @@ class MetricsScraper:
     streams, and keeps the raw text with its perf_counter time; parsing waits until the level
     is over. One scrape on entry and one on exit, synchronous, bound the level, so counter
     deltas (preemptions, prefix-cache hits) miss nothing before the first periodic scrape or
-    after the last."""
+    after the last. Disabled (an endpoint without /metrics), it scrapes nothing."""
 
-    def __init__(self, base_url: str, interval_s: float):
-        self.interval_s = interval_s
+    def __init__(self, base_url: str, interval_s: float, enabled: bool = True):
+        self.interval_s, self.enabled = interval_s, enabled
         self.raw: list[tuple[float, str]] = []
         self._client = httpx.Client(base_url=base_url, timeout=2.0)
         self._stop = threading.Event()
@@ -65,19 +69,22 @@ class MetricsScraper:
             self._scrape()
 
     def __enter__(self):
-        self._scrape()
-        self._thread.start()
+        if self.enabled:
+            self._scrape()
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self._scrape()
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+            self._scrape()
         self._client.close()
 
     def series(self, started: float) -> MetricsSeries:
         """The parsed samples, timed from `started` (the entry scrape is slightly before it)."""
-        return MetricsSeries([{"t": t - started, **parse_metrics(text)} for t, text in sorted(self.raw)])
+        samples = [{"t": t - started, **parse_metrics(text)} for t, text in sorted(self.raw)]
+        return MetricsSeries(samples, available=self.enabled)
 
 
 def server_kv_facts(base_url: str) -> dict:

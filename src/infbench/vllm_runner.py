@@ -9,6 +9,7 @@ import math
 from infbench.engine_report import CLOCK, TIMING, child_thread_cpus, clock_name
 from infbench.metrics import RequestResult
 from infbench.offline_scenarios import BatchRun
+from infbench.workload import prompt_token_ids
 
 
 class ClockMismatch(RuntimeError):
@@ -68,6 +69,12 @@ class VLLMRunner:
             "cpus": child_thread_cpus(),
         }
 
+    def prompts(self, batch: list[dict]) -> list[dict]:
+        """The requests' token ids, tokenized as the HF baseline tokenizes them (inside the timed
+        call, as HF's are): a chat-templated prompt must not gain a second BOS."""
+        tokenizer = self.llm.get_tokenizer()
+        return [{"prompt_token_ids": prompt_token_ids(tokenizer, r)} for r in batch]
+
     def run_batch(self, batch: list[dict]) -> BatchRun:
         from vllm import SamplingParams
 
@@ -76,7 +83,7 @@ class VLLMRunner:
             for r in batch
         ]
         started = CLOCK()
-        outputs = self.llm.generate([r["prompt"] for r in batch], params, use_tqdm=False)
+        outputs = self.llm.generate(self.prompts(batch), params, use_tqdm=False)
         returned = CLOCK()
         return BatchRun(
             [request_result(r, o, started, returned) for r, o in zip(batch, outputs)],
@@ -89,5 +96,5 @@ class VLLMRunner:
         from vllm import SamplingParams
 
         params = [SamplingParams(temperature=0.0, max_tokens=r["max_tokens"]) for r in workload]
-        outputs = self.llm.generate([r["prompt"] for r in workload], params, use_tqdm=False)
+        outputs = self.llm.generate(self.prompts(workload), params, use_tqdm=False)
         return {r["id"]: len(o.outputs[0].token_ids) for r, o in zip(workload, outputs)}

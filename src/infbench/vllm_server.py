@@ -89,6 +89,9 @@ def raise_on_sigterm() -> None:
 
 
 class VLLMServer:
+    api_key = None  # the pipeline's own server needs none
+    metrics = True  # and publishes /metrics
+
     def __init__(
         self,
         engine_args: dict,

@@ -10,9 +10,16 @@ rule allocator:
         ),
     input:
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
+        workload=rules.workload.output.requests,
         vllm=rules.vllm_offline.output[0],
-        code=package_modules("allocator_analysis", "engine_settings", "kv_simulator", "study_figures", "workload"),
+        code=package_modules(
+            "allocator_analysis",
+            "engine_settings",
+            "kv_simulator",
+            "study_figures",
+            "workload",
+            "workload_sources",
+        ),
     params:
         allocator=config["allocator"],
         dtype=DTYPE,

@@ -5,7 +5,7 @@
 import os
 from pathlib import Path
 
-from infbench.config import ConfigError, canonical, validate_config
+from infbench.config import ConfigError, canonical, resolve_path, validate_config
 from infbench.hardware import resolve_dtype
 
 try:
@@ -27,6 +27,10 @@ MODELS = {model["name"]: model for model in config["models"]}
 SOFTWARE_ENV = "../../envs/cuda.yaml" if config["hardware"]["device"] == "cuda" else "../../envs/cpu.yaml"
 GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
 ROUNDS = config["benchmark"]["rounds"]
+# server.external: the serve stage measures the user's endpoint. The stages that start their
+# own server of the local model (client fidelity, tuning) or predict its KV cache from this
+# config's engine (the KV check) would not describe that endpoint, so they do not run.
+EXTERNAL = config["server"]["external"] is not None
 # How many offline jobs run, and the threshold the comparison applies, do not change what one
 # job measures: the measuring rules get the benchmark settings without them, so that changing
 # either reruns no measurement.
@@ -53,6 +57,16 @@ def repository_file(*parts):
 # tests/test_workflow.py checks each rule's list against its script's imports.
 def package_modules(*names):
     return [repository_file("src", "infbench", f"{name}.py") for name in names]
+
+
+def workload_dataset():
+    """The user's dataset file or folder (workload.source: dataset) as the workload's input, so
+    that a changed file reruns the workload and what depends on it; relative paths are read
+    from the workflow's folder, as a local model's are."""
+    if config["workload"]["source"] != "dataset":
+        return []
+    path = resolve_path(config["workload"]["dataset"]["path"], Path(workflow.basedir))
+    return os.path.relpath(path, Path.cwd())
 
 
 def model_spec(wildcards):
@@ -100,7 +114,11 @@ def stage_config(wildcards, *sections):
 def model_artifacts(name):
     """{stage: path} of the artifacts the configured stages produce for one model: the one
     list that rule `all`, the report rule and its script read."""
-    stages = {"model": rules.model.output[0], "workload": rules.workload.output[0]}
+    stages = {
+        "model": rules.model.output[0],
+        "workload": rules.workload.output.requests,
+        "workload_summary": rules.workload.output.summary,
+    }
     if config["hf_baseline"]["enabled"]:
         stages["hf_baseline"] = rules.hf_baseline.output[0]
     if config["vllm_offline"]["enabled"]:
@@ -111,10 +129,11 @@ def model_artifacts(name):
     if config["server"]["enabled"]:
         stages["server"] = rules.serve.output.server
         stages["load"] = rules.serve.output.load
-        stages["kv_validation"] = rules.kv_validation.output[0]
-    if config["client_fidelity"]["enabled"]:
+        if not EXTERNAL:
+            stages["kv_validation"] = rules.kv_validation.output[0]
+    if config["client_fidelity"]["enabled"] and not EXTERNAL:
         stages["client_fidelity"] = rules.client_fidelity.output[0]
-    if config["tuning"]["enabled"]:
+    if config["tuning"]["enabled"] and not EXTERNAL:
         stages["tuning"] = rules.tuning.output[0]
     return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
 
@@ -135,8 +154,8 @@ def run_time_records():
         (config["hf_baseline"]["enabled"], rules.hf_baseline),
         (config["vllm_offline"]["enabled"], rules.vllm_offline),
         (config["server"]["enabled"], rules.serve),
-        (config["client_fidelity"]["enabled"], rules.client_fidelity),
-        (config["tuning"]["enabled"], rules.tuning),
+        (config["client_fidelity"]["enabled"] and not EXTERNAL, rules.client_fidelity),
+        (config["tuning"]["enabled"] and not EXTERNAL, rules.tuning),
     ]
     return [expand(measured.benchmark, model=name)[0] for name in MODELS for enabled, measured in measuring if enabled]
 

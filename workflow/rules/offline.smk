@@ -15,8 +15,17 @@ rule hf_baseline:
         ),
     input:
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
-        code=package_modules("engine_report", "engine_settings", "hf_runner", "metrics", "offline_scenarios", "stats"),
+        workload=rules.workload.output.requests,
+        code=package_modules(
+            "engine_report",
+            "engine_settings",
+            "hf_runner",
+            "metrics",
+            "offline_scenarios",
+            "stats",
+            "workload",
+            "workload_sources",
+        ),
         after=lambda wildcards: interleaved_after("hf", wildcards),
     params:
         device=config["hardware"]["device"],
@@ -52,8 +61,17 @@ rule vllm_offline:
         ),
     input:
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
-        code=package_modules("engine_report", "engine_settings", "vllm_runner", "metrics", "offline_scenarios", "stats"),
+        workload=rules.workload.output.requests,
+        code=package_modules(
+            "engine_report",
+            "engine_settings",
+            "vllm_runner",
+            "metrics",
+            "offline_scenarios",
+            "stats",
+            "workload",
+            "workload_sources",
+        ),
         after=lambda wildcards: interleaved_after("vllm", wildcards),
     params:
         device=config["hardware"]["device"],
@@ -110,7 +128,7 @@ rule compare_offline:
         hf=offline_rounds("hf"),
         vllm=offline_rounds("vllm"),
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
+        workload=rules.workload.output.requests,
         code=package_modules(
             "checks",
             "engine_report",
@@ -122,6 +140,8 @@ rule compare_offline:
             "same_model_check",
             "stats",
             "study_figures",
+            "workload",
+            "workload_sources",
         ),
     params:
         agreement_threshold=config["benchmark"]["agreement_threshold"],

@@ -15,11 +15,12 @@ rule serve:
         ),
     input:
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
+        workload=rules.workload.output.requests,
         code=package_modules(
             "arrivals",
             "checks",
             "engine_settings",
+            "external_endpoint",
             "load_checks",
             "load_client",
             "load_sweep",
@@ -29,6 +30,7 @@ rule serve:
             "study_figures",
             "vllm_server",
             "workload",
+            "workload_sources",
         ),
     params:
         device=config["hardware"]["device"],
@@ -70,7 +72,7 @@ rule client_fidelity:
         vllm_result="results/{model}/client_fidelity/vllm_bench.json",
     input:
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
+        workload=rules.workload.output.requests,
         code=package_modules(
             "arrivals",
             "checks",
@@ -122,11 +124,12 @@ rule tuning:
         ),
     input:
         model=rules.model.output[0],
-        workload=rules.workload.output[0],
+        workload=rules.workload.output.requests,
         code=package_modules(
             "arrivals",
             "checks",
             "engine_settings",
+            "external_endpoint",
             "load_checks",
             "load_client",
             "load_sweep",
@@ -136,6 +139,8 @@ rule tuning:
             "study_figures",
             "tuning_grid",
             "vllm_server",
+            "workload",
+            "workload_sources",
         ),
     params:
         device=config["hardware"]["device"],

@@ -1,15 +1,18 @@
 rule workload:
     """One seeded prompt set that every later stage runs, token counts from the model's tokenizer."""
     output:
-        "results/{model}/workload.jsonl",
+        requests="results/{model}/workload.jsonl",
+        summary="results/{model}/workload_summary.json",
     input:
         model=rules.model.output[0],
-        code=package_modules("workload"),
+        dataset=workload_dataset(),
+        code=package_modules("workload", "workload_sources"),
     params:
         workload=config["workload"],
         max_model_len=config["engine"]["max_model_len"],
         study_max_tokens=max(config["benchmark"]["study_max_new_tokens"]),
         seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "workload", "seed"),
     conda:
         SOFTWARE_ENV
     log:
