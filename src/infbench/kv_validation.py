@@ -28,6 +28,7 @@ def live_validation(load: dict, kv: dict, max_model_len: int) -> dict:
         error = level["peak_kv_cache_usage_perc"] - predicted_peak
         levels.append(
             {
+                "api": level.get("api", "completions"),
                 "max_concurrency": level["max_concurrency"],
                 "predicted_peak": predicted_peak,
                 "scraped_peak": level["peak_kv_cache_usage_perc"],

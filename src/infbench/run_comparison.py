@@ -87,7 +87,13 @@ def offline_figures(model: str, stage: str, artifact: dict) -> list[Figure]:
 def serving_figures(model: str, load: dict) -> list[Figure]:
     figures = []
     for level in load["levels"]:
-        case = level_case(level["request_rate"], level["max_concurrency"], level["burstiness"], level["ramp_end_rate"])
+        case = level_case(
+            level["request_rate"],
+            level["max_concurrency"],
+            level["burstiness"],
+            level["ramp_end_rate"],
+            level.get("api", "completions"),  # runs made before chat levels existed
+        )
         for metric, unit_better in SERVING_METRICS.items():
             samples = [repeat.get(metric) for repeat in level["repeats"]]
             figures.append(make_figure(model, "serve", case, metric, unit_better, samples, SAMPLES_SERVING))
@@ -103,6 +109,7 @@ def vllm_bench_figures(model: str, result: dict) -> list[Figure]:
         result.get("max_concurrency"),
         result.get("burstiness"),
         result.get("ramp_up_end_rps") if ramp else None,
+        "chat" if result.get("backend") == "openai-chat" else "completions",
     )
     return [
         make_figure(model, "serve", case, metric, unit_better, [result.get(metric)], SAMPLES_VLLM_BENCH)

@@ -36,7 +36,7 @@ def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) 
                 "model": model,
                 "facts": artifacts["model"],
                 "offline": offline,
-                "workload": workload_section(artifacts.get("workload")),
+                "workload": workload_section(artifacts.get("workload"), artifacts.get("workload_summary")),
                 "allocator": allocator_section(artifacts.get("allocator"), artifacts.get("kv_validation")),
                 "serving": serving,
                 "provenance": next(

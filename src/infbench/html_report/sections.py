@@ -212,11 +212,12 @@ def allocator_section(allocator: dict | None, kv_validation: dict | None) -> dic
 
 
 def level_label(level: dict) -> str:
+    prefix = "chat " if level.get("api") == "chat" else ""
     if level["mode"] == "concurrency":
-        return f"c={level['max_concurrency']}"
+        return f"{prefix}c={level['max_concurrency']}"
     rate = f"{level['request_rate']}" + (f"→{level['ramp_end_rate']}" if level.get("ramp_end_rate") else "")
     cap = f", ≤{level['max_concurrency']}" if level["max_concurrency"] else ""
-    return f"{rate} req/s{cap}"
+    return f"{prefix}{rate} req/s{cap}"
 
 
 def interval_text(summary: dict, digits: int = 1) -> str:
@@ -268,13 +269,16 @@ def serving_section(
                 supported = q in support[metric]["supported"]
                 row[f"p{q} {metric} ms"] = level[f"p{q}_{metric}_ms"] if supported else None
         row["failed"] = level["failed"]
-        row["peak KV %"] = level["peak_kv_cache_usage_perc"] * 100
+        peak_kv = level["peak_kv_cache_usage_perc"]
+        row["peak KV %"] = peak_kv * 100 if peak_kv is not None else None
         rows.append(row)
     table = pd.DataFrame(rows)
     percentiles = [c for c in table.columns if c.startswith(("p90 ", f"p{tail} "))]
     table[percentiles] = table[percentiles].astype(float)
     figures = []
-    closed = table[[level["mode"] == "concurrency" for level in levels]]
+    # The sweep's curve: closed-loop levels of the workload's API (the chat levels beside a
+    # completions sweep are another workload, shown in the table).
+    closed = table[[level["mode"] == "concurrency" and level["api"] == levels[0]["api"] for level in levels]]
 
     def draw_curve(ax):
         sns.lineplot(data=closed, x="output tok/s", y="median e2el ms", marker="o", ax=ax, label="median E2E")
@@ -399,6 +403,8 @@ def serving_section(
         "figures": figures,
         "repeats": len(levels[0]["repeats"]) if levels else 0,
         "placement": load["client_placement"],
+        "chat_levels": any(level["api"] == "chat" for level in levels),
+        "notes": load["notes"],
         "fidelity": fidelity_table(fidelity),
         "fidelity_meta": fidelity,
         "tuning": tuning_table,
@@ -444,15 +450,41 @@ def read_benchmarks(paths: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def workload_section(workload: list[dict] | None) -> dict | None:
+def workload_source_text(summary: dict | None) -> str:
+    """Where the requests came from, and what was dropped, in one sentence."""
+    if not summary:
+        return ""
+    source = summary["source"]
+    if source["kind"] == "synthetic":
+        text = f"synthetic prompts, {source['kept']} requests of the {source['preset']} length preset"
+    else:
+        dropped = source["dropped"]
+        text = (
+            f"{source['kept']} of the requested {source['requested']} requests sampled (seeded) from "
+            f"{source['path']} ({source['format']}, SHA-256 {source['sha256'][:12]}…, "
+            f"{source['rows_in_source']} rows): "
+            f"{source['rows_examined']} rows tried, {dropped['too_long']} dropped as longer than max_model_len, "
+            f"{dropped['too_short']} as under 4 tokens"
+        )
+        if source["rows_unusable"]:
+            text += f", {source['rows_unusable']} conversations without a prompt and a reply skipped"
+    if summary["api"] == "chat":
+        text += f"; every prompt through the model's chat template (SHA-256 {summary['chat_template_sha256'][:12]}…)"
+    else:
+        text += "; prompts sent as they are (completions API)"
+    return text + "."
+
+
+def workload_section(workload: list[dict] | None, summary: dict | None = None) -> dict | None:
     if not workload:
         return None
     frame = pd.DataFrame(workload)
     return {
+        "source": workload_source_text(summary),
         "count": len(frame),
         "prompt_tokens": frame["prompt_tokens"].describe().to_dict(),
         "max_tokens": frame["max_tokens"].describe().to_dict(),
-        "table": frame[["id", "kind", "prompt_tokens", "max_tokens", "prompt"]],
+        "table": frame[["id", "kind", "api", "prompt_tokens", "max_tokens", "prompt"]],
     }
 
 
