@@ -88,17 +88,21 @@ def test_serve_artifacts(tiny_run):
     study = server["study_request"]
     assert study["cold"]["prompt_tokens"] == 7 and study["cold"]["completion_tokens"] == 50  # as in the study
     assert len(study["warm"]) == 2
-    levels = {(level["mode"], level["max_concurrency"], level["request_rate"]): level for level in load["levels"]}
+    levels = {
+        (level["api"], level["mode"], level["max_concurrency"], level["request_rate"]): level
+        for level in load["levels"]
+    }
     assert set(levels) == {
-        ("concurrency", 1, "inf"),
-        ("concurrency", 4, "inf"),
-        ("request_rate", 4, 4.0),
-        ("ramp", 4, 2.0),
+        ("completions", "concurrency", 1, "inf"),
+        ("completions", "concurrency", 4, "inf"),
+        ("completions", "request_rate", 4, 4.0),
+        ("completions", "ramp", 4, 2.0),
+        ("chat", "concurrency", 4, "inf"),
     }
     # vLLM's schedule: the last of N requests leaves at N / rate, so the offered rate is the configured one.
-    assert levels[("request_rate", 4, 4.0)]["offered_request_rate"] == pytest.approx(4.0)
-    assert levels[("ramp", 4, 2.0)]["ramp_end_rate"] == 16.0
-    for (_, cap, _), level in levels.items():
+    assert levels[("completions", "request_rate", 4, 4.0)]["offered_request_rate"] == pytest.approx(4.0)
+    assert levels[("completions", "ramp", 4, 2.0)]["ramp_end_rate"] == 16.0
+    for (_, _, cap, _), level in levels.items():
         for repeat in level["repeats"]:
             # Requests in flight, from the client's own send and end times, never exceed the cap.
             requests = repeat["requests"]
@@ -146,11 +150,30 @@ def test_serve_artifacts(tiny_run):
                 assert 1 <= len(request["itl"]) <= request["output_tokens"] - 1
                 assert min(request["itl"]) >= 0
             assert sum(r["output_tokens"] for r in repeat["requests"]) == repeat["total_output_tokens"]
-    assert levels[("concurrency", 4, "inf")]["peak_num_requests_running"] >= 2
+    assert levels[("completions", "concurrency", 4, "inf")]["peak_num_requests_running"] >= 2
     port = server["command"][server["command"].index("--port") + 1]
     assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], (
         "the server outlived its rule"
     )
+
+
+def test_chat_level_runs_each_prompt_through_the_chat_template(tiny_run):
+    """The chat level sends the same requests' messages to /v1/chat/completions: the server's
+    prompt count for each is the model's chat template around that user turn, token for token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_run / "resources/models/tiny")
+    workload = {r["id"]: r for r in map(json.loads, (tiny_run / "results/tiny/workload.jsonl").open())}
+    load = read_json(tiny_run / "results/tiny/load.json")
+    chat = next(level for level in load["levels"] if level["api"] == "chat")
+    completions = next(level for level in load["levels"] if level["api"] == "completions")
+    sent_as_is = {r["request_id"]: r["prompt_tokens"] for r in completions["repeats"][0]["requests"]}
+    for request in chat["repeats"][0]["requests"]:
+        messages = workload[request["request_id"].split("#")[0]]["messages"]
+        templated = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        assert request["prompt_tokens"] == len(templated["input_ids"] if isinstance(templated, dict) else templated)
+        assert request["prompt_tokens"] > sent_as_is[request["request_id"]]
+    assert chat["failed"] == 0 and not [c for c in chat["checks"] if c["status"] == "fail"]
 
 
 @pytest.mark.slow

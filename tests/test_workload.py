@@ -24,15 +24,15 @@ def test_lognormal_mean_matches_the_preset():
 
 
 def test_same_seed_same_workload_other_seed_differs(tokenizer):
-    first = build_workload(tokenizer, workload(), 512, 100, seed=0)
-    again = build_workload(tokenizer, workload(), 512, 100, seed=0)
-    other = build_workload(tokenizer, workload(), 512, 100, seed=1)
+    first = build_workload(tokenizer, workload(), 512, 100, seed=0)[0]
+    again = build_workload(tokenizer, workload(), 512, 100, seed=0)[0]
+    other = build_workload(tokenizer, workload(), 512, 100, seed=1)[0]
     assert [r.to_json() for r in first] == [r.to_json() for r in again]
     assert [r.prompt for r in first] != [r.prompt for r in other]
 
 
 def test_counts_come_from_the_tokenizer_and_fit_the_engine(tokenizer):
-    requests = build_workload(tokenizer, workload("sharegpt", 40), 256, 100, seed=3)
+    requests = build_workload(tokenizer, workload("sharegpt", 40), 256, 100, seed=3)[0]
     assert len(requests) == 42
     for request in requests:
         assert request.prompt_tokens == count_tokens(tokenizer, request.prompt)
@@ -41,8 +41,8 @@ def test_counts_come_from_the_tokenizer_and_fit_the_engine(tokenizer):
 
 
 def test_presets_differ_as_the_paper_says(tokenizer):
-    alpaca = build_workload(tokenizer, workload("alpaca", 300, study=False), 4096, 100, seed=0)
-    sharegpt = build_workload(tokenizer, workload("sharegpt", 300, study=False), 4096, 100, seed=0)
+    alpaca = build_workload(tokenizer, workload("alpaca", 300, study=False), 4096, 100, seed=0)[0]
+    sharegpt = build_workload(tokenizer, workload("sharegpt", 300, study=False), 4096, 100, seed=0)[0]
 
     def mean_in(rs):
         return statistics.mean(r.prompt_tokens for r in rs)
