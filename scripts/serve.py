@@ -46,8 +46,10 @@ def main(snakemake):
         notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
     with server:
         placement = place_client(params.threads, params.device)
-        where = "external endpoint" if endpoint else f"server ready after {server.startup_s:.1f} s"
-        print(f"{where} on {server.base_url}; {placement['note']}")
+        if endpoint:
+            print(f"measuring the external endpoint {server.base_url}; {placement['note']}")
+        else:
+            print(f"server ready on {server.base_url} after {server.startup_s:.1f} s; {placement['note']}")
         kv = server_kv_facts(server.base_url) if server.metrics else None
         request = study_request(
             base_url=server.base_url,

@@ -27,7 +27,7 @@ SERVING_ONLY = {
     "client_fidelity": {"enabled": False},
     "tuning": {"enabled": False},
     "server": {"warm_requests": 1},
-    "load": {"concurrency": [4], "request_rates": [], "ramp": None, "repeats": 3},
+    "load": {"concurrency": [4], "chat_concurrency": [], "request_rates": [], "ramp": None, "repeats": 3},
 }
 
 

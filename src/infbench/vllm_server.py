@@ -89,8 +89,7 @@ def raise_on_sigterm() -> None:
 
 
 class VLLMServer:
-    api_key = None  # the pipeline's own server needs none
-    metrics = True  # and publishes /metrics
+    metrics = True  # vLLM publishes /metrics
 
     def __init__(
         self,
@@ -106,6 +105,8 @@ class VLLMServer:
         self.host = host
         self.port = port or free_port(host)
         self.served_name = served_name
+        # The key clients must send, where the server is started with one (the pipeline's own needs none).
+        self.api_key = (extra_args or {}).get("api_key")
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path)
         self.command = server_command(engine_args, host, self.port, served_name, extra_args)
@@ -147,7 +148,8 @@ class VLLMServer:
     def _wait_ready(self, started: float) -> None:
         """Ready when /health answers 200 and /v1/models lists the served name."""
         deadline = started + self.startup_timeout_s
-        with httpx.Client(base_url=self.base_url, timeout=2.0) as client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        with httpx.Client(base_url=self.base_url, timeout=2.0, headers=headers) as client:
             while True:
                 if self.process.poll() is not None:
                     raise ServerError(

@@ -467,7 +467,7 @@ def workload_source_text(summary: dict | None) -> str:
             f"{dropped['too_short']} as under 4 tokens"
         )
         if source["rows_unusable"]:
-            text += f", {source['rows_unusable']} conversations without a prompt and a reply skipped"
+            text += f", {source['rows_unusable']} conversation(s) without a prompt and a reply skipped"
     if summary["api"] == "chat":
         text += f"; every prompt through the model's chat template (SHA-256 {summary['chat_template_sha256'][:12]}…)"
     else:
