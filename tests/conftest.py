@@ -69,6 +69,7 @@ PIPELINE_RULES = {
     "client_fidelity",
     "kv_validation",
     "tuning",
+    "prefix_caching",
     "html_report",
 }
 

@@ -6,6 +6,7 @@ allowed, so a bad config stops the workflow before any job runs.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,7 @@ def fill_defaults(value: Any, node: dict, schema: dict) -> None:
     if isinstance(value, dict):
         for key, child in node.get("properties", {}).items():
             if key not in value and "default" in child:
-                value[key] = child["default"]
+                value[key] = copy.deepcopy(child["default"])
             if key in value:
                 fill_defaults(value[key], child, schema)
     elif isinstance(value, list) and "items" in node:

@@ -28,7 +28,7 @@ SOFTWARE_ENV = "../../envs/cuda.yaml" if config["hardware"]["device"] == "cuda" 
 GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
 ROUNDS = config["benchmark"]["rounds"]
 # server.external: the serve stage measures the user's endpoint. The stages that start their
-# own server of the local model (client fidelity, tuning) or predict its KV cache from this
+# own server of the local model (client fidelity, tuning, prefix caching) or predict its KV cache from this
 # config's engine (the KV check) would not describe that endpoint, so they do not run.
 EXTERNAL = config["server"]["external"] is not None
 # How many offline jobs run, and the threshold the comparison applies, do not change what one
@@ -135,6 +135,8 @@ def model_artifacts(name):
         stages["client_fidelity"] = rules.client_fidelity.output[0]
     if config["tuning"]["enabled"] and not EXTERNAL:
         stages["tuning"] = rules.tuning.output[0]
+    if config["prefix_caching"]["enabled"] and not EXTERNAL:
+        stages["prefix_caching"] = rules.prefix_caching.output[0]
     return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
 
 
@@ -156,6 +158,7 @@ def run_time_records():
         (config["server"]["enabled"], rules.serve),
         (config["client_fidelity"]["enabled"] and not EXTERNAL, rules.client_fidelity),
         (config["tuning"]["enabled"] and not EXTERNAL, rules.tuning),
+        (config["prefix_caching"]["enabled"] and not EXTERNAL, rules.prefix_caching),
     ]
     return [expand(measured.benchmark, model=name)[0] for name in MODELS for enabled, measured in measuring if enabled]
 

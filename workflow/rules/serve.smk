@@ -168,3 +168,63 @@ rule tuning:
         "benchmarks/{model}/tuning.tsv"
     script:
         "../../scripts/tuning.py"
+
+
+rule prefix_caching:
+    """Prefix caching off and on, two servers taking turns on request sets that share prefixes."""
+    output:
+        report(
+            "results/{model}/prefix_caching.json",
+            category="5 Server",
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=package_modules(
+            "arrivals",
+            "checks",
+            "engine_settings",
+            "external_endpoint",
+            "kv_simulator",
+            "load_checks",
+            "load_client",
+            "load_sweep",
+            "metrics",
+            "prefix_caching_study",
+            "prefix_sharing",
+            "server_metrics",
+            "stats",
+            "study_figures",
+            "vllm_server",
+            "workload",
+            "workload_sources",
+        ),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        prefix_caching=config["prefix_caching"],
+        metrics_interval_s=config["load"]["metrics_interval_s"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "prefix_caching", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=24000,
+        runtime=60,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/prefix_caching/{model}.log",
+        servers=directory("logs/prefix_caching/{model}.servers"),
+    benchmark:
+        "benchmarks/{model}/prefix_caching.tsv"
+    script:
+        "../../scripts/prefix_caching.py"

@@ -16,6 +16,9 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
     fidelity = artifacts.get("client_fidelity")
     if fidelity:
         checks += [{"model": model, "stage": "client fidelity", **item} for item in fidelity["checks"]]
+    prefix = artifacts.get("prefix_caching")
+    if prefix:
+        checks += [{"model": model, "stage": "prefix caching", **item} for item in prefix["checks"]]
     allocator = artifacts.get("allocator")
     if allocator:
         pool = allocator["pool_sizing_check"]

@@ -15,6 +15,7 @@ from infbench.html_report.sections import (
     allocator_section,
     offline_section,
     overview_row,
+    prefix_caching_section,
     read_benchmarks,
     serving_section,
     workload_section,
@@ -39,6 +40,7 @@ def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) 
                 "workload": workload_section(artifacts.get("workload"), artifacts.get("workload_summary")),
                 "allocator": allocator_section(artifacts.get("allocator"), artifacts.get("kv_validation")),
                 "serving": serving,
+                "prefix_caching": prefix_caching_section(artifacts.get("prefix_caching")),
                 "provenance": next(
                     (artifacts[k]["provenance"] for k in ("vllm_offline", "hf_baseline", "load") if artifacts.get(k)),
                     None,

@@ -510,3 +510,36 @@ def overview_row(model: str, artifacts: dict) -> dict:
             f"{throughput['mean']:.1f} {interval_text(throughput)} ({level_label(best)})"
         )
     return row
+
+
+def prefix_caching_section(study: dict | None) -> dict | None:
+    """Per request set: the hits predicted and measured, and what prefix caching gained."""
+    if not study:
+        return None
+    rows = []
+    for prefix_set in study["sets"]:
+        name = prefix_set["name"]
+        passes = [r[name] for r in study["rounds"]]
+        hit_rate = sum(p["on"]["hit_rate"] for p in passes) / len(passes)
+        gains = prefix_set["gains"]
+        rows.append(
+            {
+                "request set": name.replace("_", " "),
+                "requests": len(prefix_set["requests"]),
+                "prompt tokens": sum(r["prompt_tokens"] for r in prefix_set["requests"]),
+                "predicted hit rate %": 100 * prefix_set["predicted"]["hit_rate"],
+                "predicted shared blocks": prefix_set["predicted"]["shared_blocks"],
+                "measured hit rate % (on)": 100 * hit_rate,
+                "median TTFT on / off": gains["median_ttft_ms"]["ratio"],
+                "TTFT ci95": interval_text(gains["median_ttft_ms"], 2),
+                "output tok/s on / off": gains["output_throughput"]["ratio"],
+                "tok/s ci95": interval_text(gains["output_throughput"], 2),
+            }
+        )
+    return {
+        "table": pd.DataFrame(rows),
+        "sets": study["sets"],
+        "settings": study["settings"],
+        "rounds": len(study["rounds"]),
+        "block_size": study["sets"][0]["predicted"]["block_size"],
+    }
