@@ -95,6 +95,7 @@ def test_each_rule_declares_the_code_its_numbers_depend_on(tmp_path):
     code change go unnoticed, an extra one would rerun a measurement for nothing."""
     config = load_default_config()
     config["tuning"]["enabled"] = True
+    config["prefix_caching"]["enabled"] = True
     config["benchmark"]["rounds"] = 2
     write_config(tmp_path, config)
     jobs = dry_run_jobs(snakemake(tmp_path, "--cores", "8", "--dry-run").stdout)
