@@ -29,7 +29,9 @@ def main(snakemake):
     started = provenance.now_iso()
     model_dir = Path(snakemake.input.model).resolve()
     facts = read_json(model_dir / "model.json")
-    requests = cycle_requests(read_jsonl(snakemake.input.workload), fidelity["requests"])
+    workload = read_jsonl(snakemake.input.workload)
+    api = workload[0]["api"]
+    requests = cycle_requests(workload, fidelity["requests"])
     for request in requests:
         request.max_tokens = fidelity["output_tokens"]
     engine_args = vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device)
@@ -44,7 +46,7 @@ def main(snakemake):
         placement = place_client(params.threads, params.device)
         print(f"server ready on {server.base_url} after {server.startup_s:.1f} s; {placement['note']}")
         dataset = Path(scratch) / "prompts.jsonl"
-        write_dataset(requests, dataset)
+        write_dataset(requests, dataset, api)
         arguments = vllm_bench_arguments(
             base_url=server.base_url,
             served_name=server.served_name,
@@ -54,6 +56,7 @@ def main(snakemake):
             concurrency=fidelity["concurrency"],
             seed=params.seed,
             result_dir=Path(scratch),
+            api=api,
         )
         rounds = alternate(
             lambda: run_ours(
@@ -64,6 +67,7 @@ def main(snakemake):
                 seed=params.seed,
                 interval_s=params.metrics_interval_s,
                 timeout_s=params.server["request_timeout_s"],
+                api=api,
             ),
             lambda: run_vllm_bench(arguments, Path(scratch)),
             fidelity["rounds"],

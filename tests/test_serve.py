@@ -338,3 +338,24 @@ def test_the_client_moves_off_the_engines_cores_where_there_are_others():
     )
     assert shared["client_shares_engine_cores"] and "shares them" in shared["note"]
     assert all(cpus == allowed for cpus in shared["tasks"])
+
+
+def test_vllms_client_is_run_on_the_same_api_as_ours(tmp_path):
+    """Chat workloads compare our chat client with vLLM's openai-chat backend, each sending the
+    user turn for the server's template to wrap; completions keep the prompt as it is."""
+    from infbench.client_fidelity import vllm_bench_arguments, write_dataset
+    from infbench.load_client import LoadRequest
+
+    templated = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    requests = [LoadRequest("r#0", templated, 12, 8, [{"role": "user", "content": "Hi there"}])]
+    common = dict(base_url="http://h:1", served_name="m", tokenizer_dir=tmp_path, dataset=tmp_path / "d.jsonl",
+                  count=1, concurrency=1, seed=0, result_dir=tmp_path)  # fmt: skip
+    for api, backend, endpoint, prompt in (
+        ("chat", "openai-chat", "/v1/chat/completions", "Hi there"),
+        ("completions", "openai", "/v1/completions", templated),
+    ):
+        arguments = vllm_bench_arguments(**common, api=api)
+        assert arguments[arguments.index("--backend") + 1] == backend
+        assert arguments[arguments.index("--endpoint") + 1] == endpoint
+        write_dataset(requests, tmp_path / "d.jsonl", api)
+        assert json.loads((tmp_path / "d.jsonl").read_text()) == {"prompt": prompt, "output_tokens": 8}

@@ -41,9 +41,15 @@ VLLM_RESULT = "vllm_bench.json"
 TOLERANCE = 0.05
 
 
-def write_dataset(requests: list[LoadRequest], path: Path) -> None:
-    """The requests as vLLM's `custom` dataset: one {prompt, output_tokens} object per line."""
-    path.write_text("".join(json.dumps({"prompt": r.prompt, "output_tokens": r.max_tokens}) + "\n" for r in requests))
+def write_dataset(requests: list[LoadRequest], path: Path, api: str = "completions") -> None:
+    """The requests as vLLM's `custom` dataset: one {prompt, output_tokens} object per line. For
+    chat, the prompt is the user turn, which vLLM's openai-chat backend sends as the one message,
+    as our client sends it."""
+    rows = [
+        {"prompt": r.messages[-1]["content"] if api == "chat" else r.prompt, "output_tokens": r.max_tokens}
+        for r in requests
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def vllm_bench_arguments(
@@ -56,13 +62,16 @@ def vllm_bench_arguments(
     concurrency: int,
     seed: int,
     result_dir: Path,
+    api: str = "completions",
 ) -> list[str]:
-    """`vllm bench serve` flags for the same work our client does: completions, streamed, greedy,
-    exact output lengths (ignore_eos), the dataset in file order, no chat template."""
+    """`vllm bench serve` flags for the same work our client does: the same API (completions, or
+    chat where the server applies the template), streamed, greedy, exact output lengths
+    (ignore_eos), the dataset in file order, no chat template applied by the client."""
+    backend, endpoint = ("openai-chat", "/v1/chat/completions") if api == "chat" else ("openai", "/v1/completions")
     return [
-        "--backend", "openai",
+        "--backend", backend,
         "--base-url", base_url,
-        "--endpoint", "/v1/completions",
+        "--endpoint", endpoint,
         "--model", served_name,
         "--tokenizer", str(tokenizer_dir),
         "--dataset-name", "custom",
@@ -107,6 +116,7 @@ def run_ours(
     seed: int,
     interval_s: float,
     timeout_s: float,
+    api: str = "completions",
 ) -> dict:
     """One closed-loop pass of this pipeline's client, after one untimed request (as vLLM's
     client sends one before it starts timing)."""
@@ -115,7 +125,7 @@ def run_ours(
         return asyncio.run(
             run_level(
                 base_url, served_name, batch, concurrency=concurrency, arrivals=None, seed=seed,
-                interval_s=interval_s, timeout_s=timeout_s,
+                interval_s=interval_s, timeout_s=timeout_s, api=api,
             )
         )  # fmt: skip
 

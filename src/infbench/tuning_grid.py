@@ -61,6 +61,7 @@ def run_tuning(
                     seed=seed,
                     interval_s=load["metrics_interval_s"],
                     timeout_s=server_settings["request_timeout_s"],
+                    api=workload[0]["api"],
                 )
             )
             if not server.alive():
