@@ -7,11 +7,11 @@ from pathlib import Path
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
 from infbench.engine_settings import engine_env, vllm_engine_args
-from infbench.prefix_caching_study import ARMS, gains, hit_checks, run_rounds
-from infbench.prefix_sharing import conversation_set, predicted_hits, shared_prefix_set
+from infbench.prefix_caching_study import ARMS, run_rounds, summarize_sets
+from infbench.prefix_sharing import conversation_set, shared_prefix_set
 from infbench.rule_logging import rule_logging
 from infbench.vllm_server import VLLMServer, raise_on_sigterm
-from infbench.workload import Prompts, prompt_token_ids
+from infbench.workload import Prompts
 
 
 def main(snakemake):
@@ -60,20 +60,7 @@ def main(snakemake):
             interval_s=params.metrics_interval_s,
             timeout_s=params.server["request_timeout_s"],
         )
-    block_size = params.engine["block_size"]
-    results, checks = [], []
-    for prefix_set in sets:
-        predicted = predicted_hits([prompt_token_ids(tokenizer, r) for r in prefix_set.requests], block_size)
-        checks += hit_checks(rounds, prefix_set.name, predicted)
-        results.append(
-            {
-                "name": prefix_set.name,
-                "description": prefix_set.description,
-                "requests": prefix_set.requests,
-                "predicted": predicted,
-                "gains": gains(rounds, prefix_set.name),
-            }
-        )
+    results, checks = summarize_sets(sets, rounds, tokenizer, params.engine["block_size"])
     write_json(
         snakemake.output[0],
         {

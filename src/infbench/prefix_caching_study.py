@@ -14,9 +14,10 @@ from infbench.checks import check
 from infbench.load_client import LoadRequest, cycle_requests, run_level
 from infbench.load_sweep import Level, warmup_requests
 from infbench.metrics import aggregate
-from infbench.prefix_sharing import PrefixSet
+from infbench.prefix_sharing import PrefixSet, predicted_hits
 from infbench.stats import paired_ratio
 from infbench.vllm_server import ServerError
+from infbench.workload import prompt_token_ids
 
 ARMS = ("off", "on")
 # Figures compared on / off, per set: the gain prefix caching brings.
@@ -125,3 +126,21 @@ def hit_checks(rounds: list[dict], name: str, predicted: dict) -> list[dict]:
             f"{HIT_SHORTFALL_WARN:.0%} of it warns (requests admitted in one step miss each other's blocks)",
         ),
     ]
+
+
+def summarize_sets(sets: list[PrefixSet], rounds: list[dict], tokenizer, block_size: int) -> tuple[list, list]:
+    """Per set its requests, predicted hits and gains; and every set's hit checks."""
+    results, checks = [], []
+    for prefix_set in sets:
+        predicted = predicted_hits([prompt_token_ids(tokenizer, r) for r in prefix_set.requests], block_size)
+        checks += hit_checks(rounds, prefix_set.name, predicted)
+        results.append(
+            {
+                "name": prefix_set.name,
+                "description": prefix_set.description,
+                "requests": prefix_set.requests,
+                "predicted": predicted,
+                "gains": gains(rounds, prefix_set.name),
+            }
+        )
+    return results, checks
