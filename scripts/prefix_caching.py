@@ -1,7 +1,6 @@
 """Rule `prefix_caching`: two servers of the model, prefix caching off and on, alive together,
 taking turns on the shared-prefix and conversation request sets -> prefix_caching.json."""
 
-import contextlib
 from pathlib import Path
 
 from infbench import provenance
@@ -10,7 +9,7 @@ from infbench.engine_settings import engine_env, vllm_engine_args
 from infbench.prefix_caching_study import ARMS, run_rounds, summarize_sets
 from infbench.prefix_sharing import conversation_set, shared_prefix_set
 from infbench.rule_logging import rule_logging
-from infbench.vllm_server import VLLMServer, raise_on_sigterm
+from infbench.vllm_server import VLLMServer, raise_on_sigterm, started_together
 from infbench.workload import Prompts
 
 
@@ -48,9 +47,8 @@ def main(snakemake):
         )  # fmt: skip
         for arm in ARMS
     }
-    with contextlib.ExitStack() as stack:
+    with started_together(list(servers.values())):
         for arm, server in servers.items():
-            stack.enter_context(server)
             print(f"server with prefix caching {arm} ready on {server.base_url} after {server.startup_s:.1f} s")
         rounds = run_rounds(
             servers,

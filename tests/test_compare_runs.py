@@ -26,6 +26,7 @@ SERVING_ONLY = {
     "vllm_offline": {"enabled": False},
     "client_fidelity": {"enabled": False},
     "tuning": {"enabled": False},
+    "prefix_caching": {"enabled": False},
     "server": {"warm_requests": 1},
     "load": {"concurrency": [4], "chat_concurrency": [], "request_rates": [], "ramp": None, "repeats": 3},
 }

@@ -290,9 +290,10 @@ def run_sweep(
         )
         if not server.alive():
             failed = sum(not s.result.success for s in run.results)
+            what = "the endpoint stopped answering" if isinstance(server, ExternalEndpoint) else "the vLLM server died"
             raise ServerError(
-                f"the server stopped answering during the load level {level.label}: {failed} of {len(batch)} "
-                f"requests failed; its log:\n{server.log_tail()}"
+                f"{what} during the load level {level.label}: {failed} of {len(batch)} requests failed; "
+                f"its log:\n{server.log_tail()}"
             )
         return run
 

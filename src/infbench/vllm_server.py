@@ -8,6 +8,7 @@ It also gets SIGTERM from the kernel if the rule's process dies without unwindin
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -125,6 +126,11 @@ class VLLMServer:
             return "(no server log)"
 
     def start(self) -> VLLMServer:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process and return at once (wait_ready waits for it)."""
         if not port_is_free(self.port, self.host):
             raise ServerError(
                 f"port {self.port} on {self.host} is already in use; stop what holds it "
@@ -137,12 +143,15 @@ class VLLMServer:
             self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=_die_with_parent
         )
         log.close()
+        self._launched = started
+
+    def wait_ready(self) -> VLLMServer:
         try:
-            self._wait_ready(started)
+            self._wait_ready(self._launched)
         except BaseException:
             self.stop()
             raise
-        self.startup_s = time.perf_counter() - started
+        self.startup_s = time.perf_counter() - self._launched
         return self
 
     def _wait_ready(self, started: float) -> None:
@@ -201,6 +210,21 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def started_together(servers: list[VLLMServer]):
+    """Several servers launched at once and awaited together (their start-ups overlap, most of
+    it importing vLLM), all stopped on leaving, or as soon as one fails to start."""
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def _group_alive(pgid: int) -> bool:
