@@ -15,6 +15,7 @@ from conftest import copy_checkout, snakemake, tiny_config, write_config
 from infbench.artifacts import read_json, validate
 from infbench.checks import STATUS_RANK
 from infbench.engine_settings import engine_env, vllm_engine_args
+from infbench.external_endpoint import EndpointError, ExternalEndpoint
 from infbench.load_checks import validity_checks
 from infbench.load_client import LevelRun, LoadRequest, StreamedResult
 from infbench.metrics import RequestResult
@@ -98,10 +99,7 @@ def test_an_external_endpoint_is_measured_with_the_users_prompts_and_its_key_is_
     tmp_path, tiny_model, endpoint, key
 ):
     workdir = project(tmp_path, tiny_model, endpoint.base_url)
-    # Without the variable, and with a wrong key: one line naming the fix, no serving artifact.
-    missing = run_with_key(workdir, None, "results/tiny/load.json", check=False)
-    assert missing.returncode != 0
-    assert f"export {KEY_VARIABLE}=<your key>" in missing.stderr
+    # With a wrong key: the rule stops with one line naming the fix, and writes no serving artifact.
     wrong = run_with_key(workdir, "sk-wrong", "results/tiny/load.json", check=False)
     assert wrong.returncode != 0 and "refused the request (HTTP 401)" in wrong.stderr
     assert not (workdir / "results/tiny/load.json").exists()
@@ -143,6 +141,16 @@ def test_an_external_endpoint_is_measured_with_the_users_prompts_and_its_key_is_
         if path.is_file() and not path.is_symlink() and key.encode() in path.read_bytes()
     ]
     assert not leaked, leaked
+
+
+def test_a_missing_key_variable_and_a_wrong_model_name_are_refused(endpoint, key, monkeypatch):
+    monkeypatch.delenv(KEY_VARIABLE, raising=False)
+    with pytest.raises(EndpointError, match=f"export {KEY_VARIABLE}=<your key> before running snakemake"):
+        ExternalEndpoint(endpoint.base_url, SERVED_NAME, KEY_VARIABLE)
+    monkeypatch.setenv(KEY_VARIABLE, key)
+    with pytest.raises(EndpointError, match=f"serves {SERVED_NAME}, not 'other'; set server.external.model"):
+        ExternalEndpoint(endpoint.base_url, "other", KEY_VARIABLE).check()
+    ExternalEndpoint(f"{endpoint.base_url}/v1/", SERVED_NAME, KEY_VARIABLE).check()  # /v1 and a slash are fine
 
 
 def test_checks_that_need_metrics_say_not_available_instead_of_failing():

@@ -138,6 +138,8 @@ def test_a_level_is_named_alike_in_this_pipeline_and_in_vllm_result_files():
     assert level_case(2.0, None, 1.0, None) == "rate=2/s"
     assert level_case(4.0, 4, 0.5, None) == "rate=4/s c<=4 burstiness 0.5"
     assert level_case(2.0, 4, 1.0, 16.0) == "ramp 2-16/s c<=4"
+    # Chat levels are another workload: named apart from the completions level of the same load.
+    assert level_case("inf", 4, None, None, "chat") == "chat c=4" != level_case("inf", 4, None, None)
 
 
 def finished_run(project):
