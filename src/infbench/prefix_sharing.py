@@ -29,16 +29,8 @@ class PrefixSet:
     requests: list[dict]  # workload rows: id, kind, prompt, prompt_tokens, max_tokens, api, messages
 
 
-def render(prompts: Prompts, messages: list[dict]) -> tuple[str, int]:
-    """(prompt, token count) of a message list: the chat template, or the contents joined."""
-    if prompts.api == "chat":
-        text = prompts.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return text, len(prompts.tokenizer(text, add_special_tokens=False)["input_ids"])
-    return prompts.render("\n\n".join(message["content"] for message in messages))
-
-
 def row(prompts: Prompts, id: str, kind: str, messages: list[dict], max_tokens: int) -> dict:
-    prompt, tokens = render(prompts, messages)
+    prompt, tokens = prompts.render_messages(messages)
     return {
         "id": id,
         "kind": kind,

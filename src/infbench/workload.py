@@ -106,11 +106,15 @@ class Prompts:
 
     def render(self, text: str) -> tuple[str, int]:
         """(prompt text, its token count) for a user turn."""
+        return self.render_messages([{"role": "user", "content": text}])
+
+    def render_messages(self, messages: list[dict]) -> tuple[str, int]:
+        """(prompt text, its token count) for a message list: the chat template around it, or
+        (completions) the contents joined by blank lines, a lone user turn as it is."""
         if self.api == "completions":
+            text = "\n\n".join(message["content"] for message in messages)
             return text, count_tokens(self.tokenizer, text)
-        prompt = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
+        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return prompt, len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     def request(self, id: str, kind: str, text: str, max_tokens: int) -> Request:
