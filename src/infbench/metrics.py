@@ -100,11 +100,13 @@ def aggregate(results: list[RequestResult], duration_s: float) -> dict:
     return summary
 
 
+def meets_slo(result: RequestResult, slo_ms: dict) -> bool:
+    """A request that succeeded with every latency given (ttft, tpot, e2el in ms) within its SLO;
+    a one-token output has no TPOT and meets that SLO."""
+    latencies = {"ttft": result.ttft, "tpot": result.tpot if result.tpot is not None else 0.0, "e2el": result.e2el}
+    return result.success and all(latencies[key] * MS <= limit for key, limit in slo_ms.items())
+
+
 def goodput(results: list[RequestResult], duration_s: float, slo_ms: dict) -> float:
     """Requests per second that meet every SLO given (ttft, tpot, e2el in ms)."""
-
-    def meets(result: RequestResult) -> bool:
-        checks = {"ttft": result.ttft, "tpot": result.tpot if result.tpot is not None else 0.0, "e2el": result.e2el}
-        return all(checks[key] * MS <= limit for key, limit in slo_ms.items())
-
-    return sum(1 for r in results if r.success and meets(r)) / duration_s
+    return sum(1 for r in results if meets_slo(r, slo_ms)) / duration_s

@@ -1,0 +1,160 @@
+"""The SLO capacity search, apart from any server: bracketing then bisection over a load
+(closed-loop concurrency or open-loop request rate) whose probes each say whether at least
+the target share of requests met every SLO.
+
+    bracket   from `start`, double while probes pass (first up to the predicted KV-limited
+              concurrency and one above it, where the curve is expected to break), halve
+              while they fail, until one passing and one failing load are known
+    bisect    probe the middle of [last passing, first failing] until the bracket is one
+              request in flight wide (concurrency) or `tolerance` of its lower end (rate)
+
+The capacity is the last passing load; the first failing one bounds it from above.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Z_95 = 1.959964
+
+
+def wilson_interval(successes: int, n: int) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    z2 = Z_95**2
+    centre = p + z2 / (2 * n)
+    half = Z_95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return (max(0.0, (centre - half) / (1 + z2 / n)), min(1.0, (centre + half) / (1 + z2 / n)))
+
+
+def clearly_below(successes: int, n: int, target: float) -> bool:
+    """The whole 95 % interval of the attainment lies below the target: more passes of this
+    probe could not make it pass, so the probe stops early."""
+    return wilson_interval(successes, n)[1] < target
+
+
+@dataclass
+class Probe:
+    """One probed load: whether its pooled attainment met the target, with everything measured."""
+
+    load: float
+    met: bool
+    record: dict = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    capacity: float | None  # the last passing load; None when even the lowest failed
+    first_failing: float | None  # None when the ceiling passed (capacity at least the ceiling)
+    probes: list[Probe]
+    converged: bool  # the bracket narrowed to the resolution within max_probes
+
+    def to_json(self) -> dict:
+        return {
+            "capacity": self.capacity,
+            "first_failing": self.first_failing,
+            "converged": self.converged,
+            "probes": [{"load": p.load, "met": p.met, **p.record} for p in self.probes],
+        }
+
+
+def narrow_enough(low: float, high: float, integer: bool, tolerance: float) -> bool:
+    return high - low <= 1 if integer else high - low <= tolerance * low
+
+
+def next_up(load: float, integer: bool, ceiling: float, kv_limit: int | None) -> float:
+    """Doubling, but landing on the predicted KV-limited concurrency and then one above it,
+    so the break the KV cache predicts is probed exactly rather than jumped over."""
+    up = load * 2
+    if kv_limit is not None:
+        if load < kv_limit:
+            up = min(up, kv_limit)
+        elif load == kv_limit:
+            up = kv_limit + 1
+    return min(up, ceiling)
+
+
+def search(
+    probe: Callable[[float], Probe],
+    *,
+    start: float,
+    floor: float,
+    ceiling: float,
+    integer: bool,
+    tolerance: float = 0.0,
+    max_probes: int = 10,
+    kv_limit: int | None = None,
+) -> SearchResult:
+    """Bracket then bisect; `probe(load)` measures one load. Stops at `max_probes` probes,
+    unconverged where the bracket is still wider than the resolution."""
+    probes: list[Probe] = []
+    passing = failing = None
+
+    def measure(load: float) -> Probe:
+        outcome = probe(load)
+        probes.append(outcome)
+        return outcome
+
+    load = min(max(start, floor), ceiling)
+    while len(probes) < max_probes:
+        if measure(load).met:
+            passing = load
+            if failing is not None or load >= ceiling:
+                break
+            load = next_up(load, integer, ceiling, kv_limit)
+        else:
+            failing = load
+            if passing is not None or load <= floor:
+                break
+            load = max(floor, load // 2 if integer else load / 2)
+    while (
+        passing is not None
+        and failing is not None
+        and not narrow_enough(passing, failing, integer, tolerance)
+        and len(probes) < max_probes
+    ):
+        middle = (passing + failing) // 2 if integer else math.sqrt(passing * failing)
+        if measure(middle).met:
+            passing = middle
+        else:
+            failing = middle
+    if passing is None:
+        converged = failing == floor  # even the lowest load failed
+    elif failing is None:
+        converged = passing >= ceiling  # the highest load allowed passed
+    else:
+        converged = narrow_enough(passing, failing, integer, tolerance)
+    return SearchResult(passing, failing, probes, converged)
+
+
+def binding_limit(record: dict, *, kv_full_usage: float, max_num_seqs: int | None) -> dict:
+    """What limited the server at a probe, read from its /metrics:
+
+    kv_memory     requests were preempted, or waited while the KV cache had no room for the
+                  largest request (usage at least `kv_full_usage`)
+    max_num_seqs  requests waited with the engine's cap on running requests reached
+    scheduler     requests waited with neither (the step's token budget)
+    compute       nothing waited and nothing was preempted: latency rose with KV memory free
+    unknown       the server publishes no /metrics
+    """
+    running, waiting = record.get("peak_num_requests_running"), record.get("peak_num_requests_waiting")
+    preemptions, usage = record.get("preemptions"), record.get("peak_kv_cache_usage_perc")
+    if running is None:
+        return {"limit": "unknown", "evidence": "the server publishes no /metrics"}
+    figures = (
+        f"peak running {running:.0f}, peak waiting {waiting:.0f}, preemptions {preemptions:.0f}, "
+        f"peak KV usage {usage * 100:.1f} %"
+    )
+    if preemptions:
+        return {"limit": "kv_memory", "evidence": f"requests were preempted for KV blocks ({figures})"}
+    if waiting and usage >= kv_full_usage:
+        return {"limit": "kv_memory", "evidence": f"requests waited with the KV cache full ({figures})"}
+    if waiting and max_num_seqs is not None and running >= max_num_seqs:
+        return {"limit": "max_num_seqs", "evidence": f"requests waited at the engine's max_num_seqs ({figures})"}
+    if waiting:
+        return {"limit": "scheduler", "evidence": f"requests waited with KV memory free ({figures})"}
+    return {"limit": "compute", "evidence": f"nothing waited or was preempted: latency rose with KV free ({figures})"}

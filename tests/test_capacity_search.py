@@ -1,0 +1,104 @@
+"""The SLO capacity search's logic against planted latency curves, and its verdicts."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from infbench.capacity_search import Probe, binding_limit, clearly_below, search, wilson_interval
+from infbench.slo_capacity import cost_per_million_output_tokens
+
+
+def fake_server(ttft_ms_at, slo_ttft_ms: float, target: float, requests: int = 200, seed: int = 0):
+    """A probe whose requests' TTFTs follow `ttft_ms_at(load)` with 5 % lognormal noise."""
+    rng = random.Random(seed)
+
+    def probe(load):
+        latencies = [ttft_ms_at(load) * math.exp(rng.gauss(0, 0.05)) for _ in range(requests)]
+        met = sum(latency <= slo_ttft_ms for latency in latencies)
+        return Probe(load, met / requests >= target, {"attainment": met / requests})
+
+    return probe
+
+
+def test_the_concurrency_search_finds_the_planted_capacity():
+    # TTFT 100 + 40 c ms with 5 % noise: 90 % of requests meet 600 ms up to c = 11
+    # (p90 at c = 11 is 540 x 1.066 = 576 ms; at c = 12, 618 ms).
+    probe = fake_server(lambda c: 100 + 40 * c, 600, 0.9)
+    result = search(probe, start=1, floor=1, ceiling=256, integer=True, max_probes=12)
+    assert (result.capacity, result.first_failing, result.converged) == (11, 12, True)
+    loads = [p.load for p in result.probes]
+    assert loads[:5] == [1, 2, 4, 8, 16]  # bracketing by doubling, then bisection inside [8, 16]
+    assert set(loads[5:]) <= set(range(9, 16)) and len(loads) == len(set(loads))
+    assert result.to_json()["probes"][0] == {"load": 1, "met": True, "attainment": 1.0}
+
+
+def test_the_predicted_kv_limit_is_probed_and_one_above_it():
+    # The curve breaks right after the KV-limited concurrency of 10 (requests start waiting).
+    probe = fake_server(lambda c: 100 if c <= 10 else 5000, 600, 0.9)
+    result = search(probe, start=4, floor=1, ceiling=256, integer=True, kv_limit=10)
+    assert [p.load for p in result.probes] == [4, 8, 10, 11]
+    assert (result.capacity, result.first_failing, result.converged) == (10, 11, True)
+
+
+def test_the_rate_search_narrows_to_its_tolerance():
+    probe = fake_server(lambda rate: 100 * math.exp(rate), 600, 0.9)  # p90 crosses 600 ms near 1.73 req/s
+    result = search(probe, start=0.5, floor=0.05, ceiling=8.0, integer=False, tolerance=0.1, max_probes=12)
+    assert result.converged
+    assert 1.5 < result.capacity < 1.8 < result.first_failing < 2.0
+    assert result.first_failing - result.capacity <= 0.1 * result.capacity
+
+
+def test_a_first_probe_that_fails_halves_down_to_a_passing_one():
+    probe = fake_server(lambda c: 100 + 40 * c, 600, 0.9)
+    result = search(probe, start=64, floor=1, ceiling=256, integer=True, max_probes=12)
+    assert [p.load for p in result.probes][:4] == [64, 32, 16, 8]
+    assert (result.capacity, result.first_failing) == (11, 12)
+
+
+def test_no_passing_load_and_a_passing_ceiling_are_told_apart():
+    nothing = search(lambda c: Probe(c, False), start=4, floor=1, ceiling=64, integer=True)
+    assert (nothing.capacity, nothing.first_failing, nothing.converged) == (None, 1, True)
+    everything = search(lambda c: Probe(c, True), start=4, floor=1, ceiling=64, integer=True)
+    assert (everything.capacity, everything.first_failing, everything.converged) == (64, None, True)
+    cut = search(lambda c: Probe(c, c <= 50), start=1, floor=1, ceiling=256, integer=True, max_probes=4)
+    assert len(cut.probes) == 4 and not cut.converged and cut.capacity == 8
+
+
+def test_wilson_interval_and_early_stop():
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert clearly_below(2, 16, 0.9)  # 12 % met: [4 %, 36 %] lies below 90 %
+    assert not clearly_below(13, 16, 0.9)  # 81 %: its interval reaches 90 %, another pass may tip it
+
+
+@pytest.mark.parametrize(
+    ("record", "limit"),
+    [
+        ({"preemptions": 3, "peak_num_requests_waiting": 0}, "kv_memory"),
+        ({"peak_num_requests_waiting": 5, "peak_kv_cache_usage_perc": 0.97}, "kv_memory"),
+        ({"peak_num_requests_waiting": 5, "peak_num_requests_running": 8}, "max_num_seqs"),
+        ({"peak_num_requests_waiting": 5}, "scheduler"),
+        ({}, "compute"),
+    ],
+)
+def test_the_binding_limit_is_read_from_the_server_state(record, limit):
+    state = {
+        "peak_num_requests_running": 6,
+        "peak_num_requests_waiting": 0,
+        "preemptions": 0,
+        "peak_kv_cache_usage_perc": 0.5,
+        **record,
+    }
+    assert binding_limit(state, kv_full_usage=0.95, max_num_seqs=8)["limit"] == limit
+    assert binding_limit({"peak_num_requests_running": None}, kv_full_usage=0.95, max_num_seqs=8)["limit"] == "unknown"
+
+
+def test_cost_per_million_output_tokens():
+    # 3.6 per hour at 100 output tokens/s: 360,000 tokens an hour, 10 per million.
+    assert cost_per_million_output_tokens(3.6, 100.0) == pytest.approx(10.0)
+    assert cost_per_million_output_tokens(None, 100.0) is None
+    assert cost_per_million_output_tokens(3.6, None) is None
