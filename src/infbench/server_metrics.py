@@ -52,17 +52,18 @@ class MetricsScraper:
 
     def __init__(self, base_url: str, interval_s: float, enabled: bool = True):
         self.interval_s, self.enabled = interval_s, enabled
-        self.raw: list[tuple[float, str]] = []
+        self.raw: list[tuple[float, float, str]] = []  # (asked, answered, text), perf_counter times
         self._client = httpx.Client(base_url=base_url, timeout=2.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
 
     def _scrape(self) -> None:
+        asked = time.perf_counter()
         try:
             text = self._client.get("/metrics").text
         except httpx.HTTPError:
             return
-        self.raw.append((time.perf_counter(), text))
+        self.raw.append((asked, time.perf_counter(), text))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -82,8 +83,13 @@ class MetricsScraper:
         self._client.close()
 
     def series(self, started: float) -> MetricsSeries:
-        """The parsed samples, timed from `started` (the entry scrape is slightly before it)."""
-        samples = [{"t": t - started, **parse_metrics(text)} for t, text in sorted(self.raw)]
+        """The parsed samples, timed from `started` (the entry scrape is slightly before it): `t`
+        when the answer arrived, `scrape_s` how long it took (the server read its gauges
+        somewhere in between)."""
+        samples = [
+            {"t": answered - started, "scrape_s": answered - asked, **parse_metrics(text)}
+            for asked, answered, text in sorted(self.raw)
+        ]
         return MetricsSeries(samples, available=self.enabled)
 
 

@@ -36,8 +36,8 @@ rule allocator:
 
 
 rule kv_validation:
-    """The simulator checked live: its predicted KV usage per load level against the usage the
-    server's /metrics reported during that level."""
+    """The simulator checked live: the blocks the requests in flight held by its arithmetic,
+    against the usage the server's /metrics reported, over each load level's time series."""
     output:
         report(
             "results/{model}/kv_validation.json",
@@ -50,7 +50,6 @@ rule kv_validation:
         load=rules.serve.output.load,
         code=package_modules("kv_simulator", "kv_validation"),
     params:
-        max_model_len=config["engine"]["max_model_len"],
         provenance_config=lambda wildcards: stage_config(wildcards, "engine", "load"),
     conda:
         SOFTWARE_ENV
@@ -58,3 +57,58 @@ rule kv_validation:
         "logs/kv_validation/{model}.log",
     script:
         "../../scripts/kv_validation.py"
+
+
+rule paging_live:
+    """The study's 4.8x on vLLM itself: a pool of 10,000 token slots, one 512-token block per
+    request against paging, both servers driven above their limits."""
+    output:
+        report(
+            "results/{model}/paging_live.json",
+            category="3-4 KV-cache allocation",
+            subcategory="{model}",
+            caption="../../report/captions/allocator.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        code=package_modules(
+            "arrivals",
+            "engine_settings",
+            "kv_simulator",
+            "load_client",
+            "metrics",
+            "paging_live",
+            "server_metrics",
+            "stats",
+            "study_figures",
+            "vllm_server",
+            "workload",
+            "workload_sources",
+        ),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        paging_live=config["paging_live"],
+        metrics_interval_s=config["load"]["metrics_interval_s"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "paging_live", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=24000,
+        runtime=60,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/paging_live/{model}.log",
+        servers=directory("logs/paging_live/{model}.servers"),
+    benchmark:
+        "benchmarks/{model}/paging_live.tsv"
+    script:
+        "../../scripts/paging_live.py"
