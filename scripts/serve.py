@@ -7,26 +7,12 @@ from pathlib import Path
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
 from infbench.engine_settings import engine_env, place_client, vllm_engine_args
-from infbench.external_endpoint import ExternalEndpoint
+from infbench.external_endpoint import ExternalEndpoint, measured_server
 from infbench.load_sweep import run_sweep, study_request
 from infbench.rule_logging import rule_logging
 from infbench.server_metrics import server_kv_facts
-from infbench.vllm_server import VLLMServer, raise_on_sigterm
+from infbench.vllm_server import raise_on_sigterm
 from infbench.workload import STUDY_API_PROMPT, has_chat_template
-
-
-def measured_server(params, model_dir: Path, served_name: str, log_path: str):
-    """The endpoint given in server.external, or a vLLM server of the model, not yet entered."""
-    external = params.server.get("external")
-    if external:
-        return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
-    return VLLMServer(
-        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
-        served_name,
-        log_path,
-        env=engine_env(params.threads, params.device),
-        startup_timeout_s=params.server["startup_timeout_s"],
-    )
 
 
 def main(snakemake):
@@ -39,7 +25,14 @@ def main(snakemake):
     facts = read_json(model_dir / "model.json")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     workload = read_jsonl(snakemake.input.workload)
-    server = measured_server(params, model_dir, facts["name"], snakemake.log.server)
+    server = measured_server(
+        params.server.get("external"),
+        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
+        facts["name"],
+        snakemake.log.server,
+        engine_env(params.threads, params.device),
+        params.server["startup_timeout_s"],
+    )
     endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
     notes = []
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):

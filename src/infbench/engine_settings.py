@@ -98,3 +98,12 @@ def place_client(threads: int, device: str) -> dict:
         "client_shares_engine_cores": shares,
         "note": note,
     }
+
+
+# vLLM 0.32's default cap on running requests for its OpenAI server where the config sets none
+# (EngineArgs: 128 on CPU; on GPUs it depends on the device's memory, so it is not assumed).
+SERVER_DEFAULT_MAX_NUM_SEQS = {"cpu": 128}
+
+
+def server_max_num_seqs(engine: dict, device: str) -> int | None:
+    return engine.get("max_num_seqs") or SERVER_DEFAULT_MAX_NUM_SEQS.get(device)

@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 import httpx
 
 from infbench.errors import UserError
+from infbench.vllm_server import VLLMServer
 
 
 class EndpointError(UserError):
@@ -85,3 +86,10 @@ class ExternalEndpoint:
 
     def __exit__(self, *exc) -> None:
         pass
+
+
+def measured_server(external: dict | None, engine_args: dict, served_name: str, log_path, env: dict, startup_timeout_s):
+    """The endpoint given in server.external, or a vLLM server of the model, not yet entered."""
+    if external:
+        return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
+    return VLLMServer(engine_args, served_name, log_path, env=env, startup_timeout_s=startup_timeout_s)
