@@ -1,0 +1,74 @@
+"""Rule `paging_live`: the study's 10,000-slot pool on two vLLM servers, one 512-token block
+per request against paging, each driven above its limit -> paging_live.json."""
+
+from pathlib import Path
+
+from infbench import provenance
+from infbench.artifacts import read_json, write_json
+from infbench.engine_settings import engine_env, vllm_engine_args
+from infbench.paging_live import compare, drive, live_ratio, predict, server_pools, study_arithmetic, study_requests
+from infbench.rule_logging import rule_logging
+from infbench.server_metrics import server_kv_facts
+from infbench.vllm_server import VLLMServer, raise_on_sigterm, started_together
+
+
+def main(snakemake):
+    raise_on_sigterm()
+    params = snakemake.params
+    settings = params.paging_live
+    started = provenance.now_iso()
+    from transformers import AutoTokenizer
+
+    model_dir = Path(snakemake.input.model)
+    facts = read_json(model_dir / "model.json")
+    requests = study_requests(AutoTokenizer.from_pretrained(model_dir), settings)
+    pools = server_pools(settings, params.device)
+    servers = {}
+    for name, (block_size, num_blocks) in pools.items():
+        engine = {
+            **params.engine,
+            "max_model_len": settings["max_model_len"],
+            "block_size": block_size,
+            "enable_prefix_caching": False,
+            "max_num_seqs": settings["requests"],  # so that only memory limits how many run
+        }
+        servers[name] = VLLMServer(
+            vllm_engine_args(model_dir, params.dtype, engine, params.seed, params.device),
+            facts["name"],
+            Path(snakemake.log.servers) / f"{name}.log",
+            env=engine_env(params.threads, params.device),
+            startup_timeout_s=params.server["startup_timeout_s"],
+            extra_args={"num_gpu_blocks_override": num_blocks},
+        )
+    results = []
+    with started_together(list(servers.values())):
+        for name, server in servers.items():
+            block_size, num_blocks = pools[name]
+            kv = server_kv_facts(server.base_url)
+            print(f"{name}: {kv['num_blocks']} blocks of {kv['block_size']} tokens, up after {server.startup_s:.0f} s")
+            live = drive(server, requests, params.metrics_interval_s, params.server["request_timeout_s"])
+            result = compare(name, block_size, kv, predict(settings, block_size, num_blocks), live)
+            results.append(result)
+            print(
+                f"{name}: peak running {live['peak_num_requests_running']:.0f} (simulator: "
+                f"{result['simulator']['users_at_peak_footprint']} at peak footprint, replay peak "
+                f"{result['simulator']['replay_peak_running']}), peak waiting {live['peak_num_requests_waiting']:.0f}, "
+                f"preemptions {live['preemptions']:.0f} (replay {result['simulator']['replay_preemptions']})"
+            )
+    write_json(
+        snakemake.output[0],
+        {
+            "model": facts["name"],
+            "settings": settings,
+            "study": study_arithmetic(),
+            "servers": results,
+            "live_ratio": live_ratio(results),
+            "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
+        },
+        schema_name="paging_live",
+    )
+
+
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)
