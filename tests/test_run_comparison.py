@@ -8,6 +8,7 @@ import tarfile
 
 import pytest
 
+from infbench.level_names import level_case
 from infbench.run_archive import ArchiveError, pack, unpack
 from infbench.run_comparison import (
     FASTER,
@@ -19,7 +20,7 @@ from infbench.run_comparison import (
     gate,
     verdict,
 )
-from infbench.run_results import RunError, RunResults, level_case, load_run, run_provenance
+from infbench.run_results import RunError, RunResults, load_run, run_provenance
 from infbench.stats import ratio_of_means
 
 

@@ -10,7 +10,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from infbench.errors import UserError
-from infbench.run_results import RunResults, level_case
+from infbench.level_names import level_case
+from infbench.run_results import RunResults
 from infbench.stats import ratio_of_means, summarize
 
 FASTER, SLOWER, NO_DIFFERENCE, NO_INTERVAL = "faster", "slower", "no difference detected", "no interval"

@@ -6,7 +6,6 @@ flat `key -> values` pairs, so that runs can be told apart by what differs betwe
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,22 +157,3 @@ def load_run(location: str | Path, source: str | None = None) -> RunResults:
         f"{source} is not a folder, a .tar.gz archive or a .json result file; pass one of those "
         "(`scripts/runs.py pack` makes the archive)"
     )
-
-
-def level_case(request_rate, max_concurrency, burstiness=None, ramp_end_rate=None, api="completions") -> str:
-    """A serving level's name, the same for this pipeline's levels and vLLM's result files:
-    c=4 (closed loop), rate=2/s, rate=2/s c<=4 (capped), ramp 2-16/s; burstiness when not 1;
-    `chat ` before levels sent through the chat API."""
-    rate = math.inf if request_rate in (None, "inf") else float(request_rate)
-    prefix = "chat " if api == "chat" else ""
-    if ramp_end_rate is not None:
-        name = f"{prefix}ramp {rate:g}-{float(ramp_end_rate):g}/s"
-    elif math.isinf(rate):
-        return f"{prefix}c={max_concurrency}"
-    else:
-        name = f"{prefix}rate={rate:g}/s"
-    if max_concurrency is not None:
-        name += f" c<={max_concurrency}"
-    if burstiness is not None and float(burstiness) != 1.0:
-        name += f" burstiness {float(burstiness):g}"
-    return name

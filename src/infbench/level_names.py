@@ -1,0 +1,24 @@
+"""Serving levels named alike everywhere: this pipeline's levels, vLLM's result files, MBU rows."""
+
+from __future__ import annotations
+
+import math
+
+
+def level_case(request_rate, max_concurrency, burstiness=None, ramp_end_rate=None, api="completions") -> str:
+    """A serving level's name, the same for this pipeline's levels and vLLM's result files:
+    c=4 (closed loop), rate=2/s, rate=2/s c<=4 (capped), ramp 2-16/s; burstiness when not 1;
+    `chat ` before levels sent through the chat API."""
+    rate = math.inf if request_rate in (None, "inf") else float(request_rate)
+    prefix = "chat " if api == "chat" else ""
+    if ramp_end_rate is not None:
+        name = f"{prefix}ramp {rate:g}-{float(ramp_end_rate):g}/s"
+    elif math.isinf(rate):
+        return f"{prefix}c={max_concurrency}"
+    else:
+        name = f"{prefix}rate={rate:g}/s"
+    if max_concurrency is not None:
+        name += f" c<={max_concurrency}"
+    if burstiness is not None and float(burstiness) != 1.0:
+        name += f" burstiness {float(burstiness):g}"
+    return name
