@@ -6,7 +6,7 @@ from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
 from infbench.engine_settings import engine_env, vllm_engine_args
 from infbench.rule_logging import rule_logging
-from infbench.tuning_grid import run_tuning
+from infbench.tuning_grid import best_cell, run_tuning
 from infbench.vllm_server import raise_on_sigterm
 
 
@@ -27,6 +27,8 @@ def main(snakemake):
         tuning=params.tuning,
         server_settings=params.server,
         load=params.load,
+        capacity=params.capacity,
+        device=params.device,
         seed=params.seed,
         tokenizer=AutoTokenizer.from_pretrained(model_dir),
         prefix_caching=params.engine["enable_prefix_caching"],
@@ -39,6 +41,7 @@ def main(snakemake):
             "requests": params.tuning["requests"],
             "concurrency": params.tuning["concurrency"],
             "cells": cells,
+            "best_cell": best_cell(cells),
             "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
         },
         schema_name="tuning",

@@ -1,15 +1,17 @@
 """The tuning grid: one server start per combination of settings, each under the same
-saturating closed-loop load."""
+saturating closed-loop load, then searched for its SLO capacity (concurrency): the best cell
+is the one that serves the most requests in flight within the SLO."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 
-from infbench.engine_settings import kv_cache_bytes
+from infbench.engine_settings import kv_cache_bytes, server_max_num_seqs
 from infbench.load_client import cycle_requests, run_level
 from infbench.load_sweep import repeat_summary
 from infbench.server_metrics import server_kv_facts
+from infbench.slo_capacity import search_capacity
 from infbench.vllm_server import ServerError, VLLMServer
 
 
@@ -29,12 +31,15 @@ def run_tuning(
     tuning: dict,
     server_settings: dict,
     load: dict,
+    capacity: dict,
+    device: str,
     seed: int,
     tokenizer,
     prefix_caching: bool,
     progress=print,
 ) -> list[dict]:
-    """One server start per grid cell, each under the same saturating closed-loop load."""
+    """One server start per grid cell, each under the same saturating closed-loop load, then
+    its SLO capacity searched (concurrency only, with the capacity settings)."""
     requests = cycle_requests(workload, tuning["requests"])
     cells = []
     for index, cell in enumerate(grid_cells(tuning["grid"])):
@@ -66,6 +71,18 @@ def run_tuning(
             )
             if not server.alive():
                 raise ServerError(f"the vLLM server died in tuning cell {cell}; see {server.log_path}")
+            searched = search_capacity(
+                server,
+                workload,
+                {**capacity, "rate": False},
+                load,
+                kv,
+                max_model_len=engine_args["max_model_len"],
+                max_num_seqs=server_max_num_seqs({**engine_args, **extra}, device),
+                seed=seed,
+                timeout_s=server_settings["request_timeout_s"],
+                progress=progress,
+            )["concurrency"]
         level = repeat_summary(
             run,
             requests,
@@ -74,9 +91,28 @@ def run_tuning(
             prefix_caching=prefix_caching,
         )
         level.pop("requests")
-        cells.append({"settings": cell, "kv": kv, "startup_s": server.startup_s, **level})
+        served = searched["at_capacity"]
+        slo_capacity = {
+            "capacity": searched["capacity"],
+            "first_failing": searched["first_failing"],
+            "converged": searched["converged"],
+            "binding": searched["binding"],
+            "output_throughput_at_capacity": served["output_throughput"]["mean"] if served else None,
+            "probes": searched["probes"],
+        }
+        cells.append({"settings": cell, "kv": kv, "startup_s": server.startup_s, **level, "slo_capacity": slo_capacity})
         progress(
             f"tuning {cell}: {level['output_throughput']:.1f} output tok/s, "
-            f"peak waiting {level['peak_num_requests_waiting']:.0f}, preemptions {level['preemptions']:.0f}"
+            f"peak waiting {level['peak_num_requests_waiting']:.0f}, preemptions {level['preemptions']:.0f}, "
+            f"SLO capacity c={searched['capacity']}"
         )
     return cells
+
+
+def best_cell(cells: list[dict]) -> int | None:
+    """The cell serving the most requests in flight within the SLO; among equals, the one with
+    the highest output throughput at its capacity. None when no cell met the SLO at all."""
+    served = [(i, c["slo_capacity"]) for i, c in enumerate(cells) if c["slo_capacity"]["capacity"] is not None]
+    if not served:
+        return None
+    return max(served, key=lambda item: (item[1]["capacity"], item[1]["output_throughput_at_capacity"] or 0))[0]
