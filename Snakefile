@@ -18,11 +18,12 @@ wildcard_constraints:
     round=r"[2-9]|[1-9]\d+",
 
 
-# Downloads need the network, and the report is seconds of work: on a cluster both run on
+# Downloads need the network, and the report and MBU are seconds of work: on a cluster both run on
 # the head node (compute nodes often have no internet).
 localrules:
     download_model,
     html_report,
+    utilisation,
 
 
 include: "workflow/rules/model.smk"
@@ -30,6 +31,7 @@ include: "workflow/rules/workload.smk"
 include: "workflow/rules/offline.smk"
 include: "workflow/rules/serve.smk"
 include: "workflow/rules/allocator.smk"
+include: "workflow/rules/utilisation.smk"
 include: "workflow/rules/report.smk"
 
 

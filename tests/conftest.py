@@ -70,6 +70,9 @@ PIPELINE_RULES = {
     "kv_validation",
     "tuning",
     "prefix_caching",
+    "slo_capacity",
+    "paging_live",
+    "utilisation",
     "html_report",
 }
 

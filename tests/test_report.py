@@ -123,8 +123,9 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     changed_load["load"]["requests_per_level"] += 1
     (tmp_path / "load.yaml").write_text(yaml.safe_dump(changed_load))
     dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "load.yaml")).stdout
-    # The server stage, the live KV check that reads its load, and the report; not the allocator.
-    assert jobs_of(dry) == {"serve", "kv_validation", "html_report"}
+    # The server stage, the live KV check and MBU that read its load, and the report; not the
+    # allocator, nor the capacity search (which sends its own probes).
+    assert jobs_of(dry) == {"serve", "kv_validation", "utilisation", "html_report"}
 
     # More offline rounds: only the new rounds and what reads them; round 1 stays.
     more_rounds = json.loads(json.dumps(config))

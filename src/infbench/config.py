@@ -156,6 +156,31 @@ def check_semantics(config: dict, base_dir: Path) -> None:
                 f"config error: workload.dataset.path = {workload['dataset']['path']!r}: no file or folder there "
                 f"(looked for {path}); give the path of your prompt file or dataset folder"
             )
+    paging = config["paging_live"]
+    if paging["enabled"]:
+        if config["hardware"]["device"] == "cpu" and paging["max_model_len"] % 32:
+            raise ConfigError(
+                f"config error: paging_live.max_model_len = {paging['max_model_len']} is also the contiguous "
+                "server's block size, which vLLM on CPU needs to be a multiple of 32; allowed: e.g. 512 (the study's)"
+            )
+        if paging["max_model_len"] < 256 + paging["output_tokens"]:
+            raise ConfigError(
+                f"config error: paging_live.max_model_len = {paging['max_model_len']} does not hold the study's "
+                f"256-token prompt and {paging['output_tokens']} output tokens; allowed: at least "
+                f"{256 + paging['output_tokens']}"
+            )
+        if paging["pool_tokens"] < 2 * paging["max_model_len"]:
+            raise ConfigError(
+                f"config error: paging_live.pool_tokens = {paging['pool_tokens']} holds fewer than two "
+                f"{paging['max_model_len']}-token blocks (vLLM keeps one as its null block); allowed: at least "
+                f"{2 * paging['max_model_len']}"
+            )
+    capacity = config["capacity"]
+    if capacity["start_concurrency"] > capacity["max_concurrency"]:
+        raise ConfigError(
+            f"config error: capacity.start_concurrency = {capacity['start_concurrency']} is above "
+            f"capacity.max_concurrency = {capacity['max_concurrency']}; allowed: start <= max"
+        )
     longest_study = max(config["benchmark"]["study_max_new_tokens"])
     if longest_study + 32 > engine["max_model_len"]:
         raise ConfigError(

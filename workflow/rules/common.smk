@@ -27,9 +27,10 @@ MODELS = {model["name"]: model for model in config["models"]}
 SOFTWARE_ENV = "../../envs/cuda.yaml" if config["hardware"]["device"] == "cuda" else "../../envs/cpu.yaml"
 GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
 ROUNDS = config["benchmark"]["rounds"]
-# server.external: the serve stage measures the user's endpoint. The stages that start their
-# own server of the local model (client fidelity, tuning, prefix caching) or predict its KV cache from this
-# config's engine (the KV check) would not describe that endpoint, so they do not run.
+# server.external: the serve stage and the SLO capacity search measure the user's endpoint. The
+# stages that start their own server of the local model (client fidelity, tuning, prefix caching,
+# the live paging study) or predict its KV cache from this config's engine (the KV check) would
+# not describe that endpoint, so they do not run.
 EXTERNAL = config["server"]["external"] is not None
 # How many offline jobs run, and the threshold the comparison applies, do not change what one
 # job measures: the measuring rules get the benchmark settings without them, so that changing
@@ -137,7 +138,27 @@ def model_artifacts(name):
         stages["tuning"] = rules.tuning.output[0]
     if config["prefix_caching"]["enabled"] and not EXTERNAL:
         stages["prefix_caching"] = rules.prefix_caching.output[0]
+    if config["capacity"]["enabled"] and config["server"]["enabled"]:
+        stages["slo_capacity"] = rules.slo_capacity.output[0]
+    if config["paging_live"]["enabled"] and not EXTERNAL:
+        stages["paging_live"] = rules.paging_live.output[0]
+    if utilisation_inputs(name):
+        stages["utilisation"] = rules.utilisation.output[0]
     return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
+
+
+def utilisation_inputs(wildcards):
+    """The artifacts whose decode figures MBU is computed for: the offline engines, and the load
+    sweep of this pipeline's server (an external endpoint runs on another machine)."""
+    name = wildcards if isinstance(wildcards, str) else wildcards.model
+    inputs = {}
+    if config["hf_baseline"]["enabled"]:
+        inputs["hf_baseline"] = rules.hf_baseline.output[0]
+    if config["vllm_offline"]["enabled"]:
+        inputs["vllm_offline"] = rules.vllm_offline.output[0]
+    if config["server"]["enabled"] and not EXTERNAL:
+        inputs["load"] = rules.serve.output.load
+    return {key: expand(path, model=name)[0] for key, path in inputs.items()}
 
 
 def all_model_artifacts():
@@ -159,6 +180,8 @@ def run_time_records():
         (config["client_fidelity"]["enabled"] and not EXTERNAL, rules.client_fidelity),
         (config["tuning"]["enabled"] and not EXTERNAL, rules.tuning),
         (config["prefix_caching"]["enabled"] and not EXTERNAL, rules.prefix_caching),
+        (config["capacity"]["enabled"] and config["server"]["enabled"], rules.slo_capacity),
+        (config["paging_live"]["enabled"] and not EXTERNAL, rules.paging_live),
     ]
     return [expand(measured.benchmark, model=name)[0] for name in MODELS for enabled, measured in measuring if enabled]
 

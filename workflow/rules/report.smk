@@ -14,6 +14,7 @@ rule html_report:
         code=package_modules(
             "checks",
             "html_report/__init__",
+            "html_report/capacity",
             "html_report/checks",
             "html_report/figures",
             "html_report/render",

@@ -127,14 +127,17 @@ rule tuning:
         workload=rules.workload.output.requests,
         code=package_modules(
             "arrivals",
+            "capacity_search",
             "checks",
             "engine_settings",
             "external_endpoint",
+            "kv_simulator",
             "load_checks",
             "load_client",
             "load_sweep",
             "metrics",
             "server_metrics",
+            "slo_capacity",
             "stats",
             "study_figures",
             "tuning_grid",
@@ -149,10 +152,11 @@ rule tuning:
         engine=config["engine"],
         server=config["server"],
         # Only what tuning uses, so a load-sweep change does not rerun the grid.
-        load={key: config["load"][key] for key in ("metrics_interval_s", "slo_ms")},
+        load={key: config["load"][key] for key in ("burstiness", "metrics_interval_s", "slo_ms")},
         tuning=config["tuning"],
+        capacity=config["capacity"],
         seed=config["seed"],
-        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "tuning", "seed"),
+        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "tuning", "capacity", "seed"),
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,
@@ -228,3 +232,66 @@ rule prefix_caching:
         "benchmarks/{model}/prefix_caching.tsv"
     script:
         "../../scripts/prefix_caching.py"
+
+
+rule slo_capacity:
+    """The most requests in flight (and the highest rate) served within the SLO, by bracketing
+    and bisection on its own server, the search seeded by the KV simulator's prediction."""
+    output:
+        report(
+            "results/{model}/slo_capacity.json",
+            category="5 Server",
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=package_modules(
+            "arrivals",
+            "capacity_search",
+            "checks",
+            "engine_settings",
+            "external_endpoint",
+            "kv_simulator",
+            "load_checks",
+            "load_client",
+            "load_sweep",
+            "metrics",
+            "server_metrics",
+            "slo_capacity",
+            "stats",
+            "study_figures",
+            "vllm_server",
+            "workload",
+            "workload_sources",
+        ),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        # Only what the search uses, so that changing the sweep's levels does not rerun it.
+        load={key: config["load"][key] for key in ("burstiness", "metrics_interval_s", "slo_ms")},
+        capacity=config["capacity"],
+        cost=config["cost"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "capacity", "cost", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/slo_capacity/{model}.log",
+        server="logs/slo_capacity/{model}.server.log",
+    benchmark:
+        "benchmarks/{model}/slo_capacity.tsv"
+    script:
+        "../../scripts/slo_capacity.py"

@@ -49,17 +49,34 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
             {
                 "model": model,
                 "stage": "kv validation",
-                "name": "simulated vs scraped KV usage",
+                "name": "scraped KV blocks within the simulator's band",
                 "status": live["status"],
-                "value": live.get("max_abs_error"),
-                "detail": (
-                    f"largest |scraped - predicted| peak usage {live['max_abs_error']:.4f} "
-                    f"(tolerance {live['tolerance']}); {live['note']}"
-                    if live.get("max_abs_error") is not None
-                    else live["note"]
-                ),
+                "value": live.get("max_outside_share"),
+                "detail": live["detail"],
             }
         )
+    paging = artifacts.get("paging_live")
+    for server in (paging or {}).get("servers", []):
+        checks += [
+            {"model": model, "stage": "paging live", **item, "name": f"{server['name']}: {item['name']}", "value": None}
+            for item in server["checks"]
+        ]
+    capacity = artifacts.get("slo_capacity")
+    for mode in ("concurrency", "request_rate"):
+        search = (capacity or {}).get(mode)
+        if search:
+            checks.append(
+                {
+                    "model": model,
+                    "stage": "slo capacity",
+                    "name": f"{mode.replace('_', ' ')} search converged",
+                    "status": "pass" if search["converged"] else "warn",
+                    "value": search["capacity"],
+                    "detail": f"{len(search['probes'])} probes; capacity {search['capacity']}, first failing "
+                    f"{search['first_failing']}"
+                    + ("" if search["converged"] else ": the bracket is still wide, raise capacity.max_probes"),
+                }
+            )
     comparison = artifacts.get("comparison")
     if comparison:
         checks += [{"model": model, "stage": "offline", **item} for item in comparison["checks"]]

@@ -10,6 +10,7 @@ import jinja2
 import pandas as pd
 
 from infbench import study_figures
+from infbench.html_report.capacity import capacity_section, paging_section, utilisation_section
 from infbench.html_report.checks import collect_checks
 from infbench.html_report.sections import (
     allocator_section,
@@ -41,6 +42,9 @@ def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) 
                 "allocator": allocator_section(artifacts.get("allocator"), artifacts.get("kv_validation")),
                 "serving": serving,
                 "prefix_caching": prefix_caching_section(artifacts.get("prefix_caching")),
+                "capacity": capacity_section(artifacts.get("slo_capacity")),
+                "paging": paging_section(artifacts.get("paging_live")),
+                "utilisation": utilisation_section(artifacts.get("utilisation")),
                 "provenance": next(
                     (artifacts[k]["provenance"] for k in ("vllm_offline", "hf_baseline", "load") if artifacts.get(k)),
                     None,

@@ -386,6 +386,10 @@ def serving_section(
             [
                 {
                     **cell["settings"],
+                    "SLO capacity (requests in flight)": cell["slo_capacity"]["capacity"],
+                    "first failing": cell["slo_capacity"]["first_failing"],
+                    "binding limit": cell["slo_capacity"]["binding"]["limit"].replace("_", " "),
+                    "output tok/s at capacity": cell["slo_capacity"]["output_throughput_at_capacity"],
                     "output tok/s": cell["output_throughput"],
                     "median TTFT ms": cell["median_ttft_ms"],
                     "median TPOT ms": cell["median_tpot_ms"],
