@@ -9,7 +9,7 @@ from infbench.engine_settings import engine_env, vllm_engine_args
 from infbench.paging_live import compare, drive, live_ratio, predict, server_pools, study_arithmetic, study_requests
 from infbench.rule_logging import rule_logging
 from infbench.server_metrics import server_kv_facts
-from infbench.vllm_server import VLLMServer, raise_on_sigterm, started_together
+from infbench.vllm_server import ServerError, VLLMServer, raise_on_sigterm, started_together
 
 
 def main(snakemake):
@@ -47,6 +47,8 @@ def main(snakemake):
             kv = server_kv_facts(server.base_url)
             print(f"{name}: {kv['num_blocks']} blocks of {kv['block_size']} tokens, up after {server.startup_s:.0f} s")
             live = drive(server, requests, params.metrics_interval_s, params.server["request_timeout_s"])
+            if not server.alive():
+                raise ServerError(f"the {name} server died while driven; its log:\n{server.log_tail()}")
             result = compare(name, block_size, kv, predict(settings, block_size, num_blocks), live)
             results.append(result)
             print(

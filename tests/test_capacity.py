@@ -48,6 +48,9 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     assert rate["probes"][0]["load"] == pytest.approx(
         max(search["at_capacity"]["request_throughput"]["mean"], capacity["settings"]["min_rate"])
     )
+    # Each rate pass sends twice the concurrency capacity, so that a high rate is no single burst.
+    per_pass = max(capacity["settings"]["requests_per_probe"], 2 * search["capacity"])
+    assert all(p["requests"] == per_pass for probe in rate["probes"] for p in probe["pass_records"])
     served = search["at_capacity"]["output_throughput"]["mean"]
     assert capacity["cost"]["per_million_output_tokens"] == pytest.approx(2.0 / (served * 3600) * 1e6)
 

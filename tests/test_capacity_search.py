@@ -102,3 +102,11 @@ def test_cost_per_million_output_tokens():
     assert cost_per_million_output_tokens(3.6, 100.0) == pytest.approx(10.0)
     assert cost_per_million_output_tokens(None, 100.0) is None
     assert cost_per_million_output_tokens(3.6, None) is None
+
+
+def test_a_concurrency_tolerance_stops_bisection_early():
+    # The SLO breaks above 50 requests in flight; within 25 %, [48, 56] is narrow enough.
+    probe = lambda c: Probe(c, c <= 50)  # noqa: E731
+    result = search(probe, start=8, floor=1, ceiling=64, integer=True, tolerance=0.25)
+    assert [p.load for p in result.probes] == [8, 16, 32, 64, 48, 56]
+    assert (result.capacity, result.first_failing, result.converged) == (48, 56, True)

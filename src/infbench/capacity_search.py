@@ -5,8 +5,8 @@ the target share of requests met every SLO.
     bracket   from `start`, double while probes pass (first up to the predicted KV-limited
               concurrency and one above it, where the curve is expected to break), halve
               while they fail, until one passing and one failing load are known
-    bisect    probe the middle of [last passing, first failing] until the bracket is one
-              request in flight wide (concurrency) or `tolerance` of its lower end (rate)
+    bisect    probe the middle of [last passing, first failing] until the bracket is within
+              `tolerance` of its lower end (and, for a concurrency, one request in flight)
 
 The capacity is the last passing load; the first failing one bounds it from above.
 """
@@ -28,7 +28,10 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
     z2 = Z_95**2
     centre = p + z2 / (2 * n)
     half = Z_95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return (max(0.0, (centre - half) / (1 + z2 / n)), min(1.0, (centre + half) / (1 + z2 / n)))
+    # At p = 0 or 1 the closed form gives the end exactly but for rounding: pin it.
+    low = 0.0 if successes == 0 else (centre - half) / (1 + z2 / n)
+    high = 1.0 if successes == n else (centre + half) / (1 + z2 / n)
+    return (low, high)
 
 
 def clearly_below(successes: int, n: int, target: float) -> bool:
@@ -63,7 +66,8 @@ class SearchResult:
 
 
 def narrow_enough(low: float, high: float, integer: bool, tolerance: float) -> bool:
-    return high - low <= 1 if integer else high - low <= tolerance * low
+    """The bracket is within `tolerance` of its lower end (a concurrency: and one at least)."""
+    return high - low <= max(1, tolerance * low) if integer else high - low <= tolerance * low
 
 
 def next_up(load: float, integer: bool, ceiling: float, kv_limit: int | None) -> float:

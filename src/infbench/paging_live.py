@@ -123,6 +123,11 @@ def compare(name: str, block_size: int, kv: dict, predicted: dict, live: dict) -
             "detail": f"the server reports {kv['num_blocks']} blocks of {kv['block_size']} tokens",
         },
         {
+            "name": "all_completed",
+            "status": "pass" if live["completed"] == live["requests"] and live["prompt_tokens_as_sent"] else "fail",
+            "detail": f"{live['completed']} of {live['requests']} requests completed, each prompt the study's length",
+        },
+        {
             "name": "driven_above_limit",
             "status": "pass" if live["peak_num_requests_waiting"] > 0 else "fail",
             "detail": f"peak waiting {live['peak_num_requests_waiting']:.0f}: requests queued for memory",

@@ -25,6 +25,7 @@ from infbench.load_client import LevelRun, LoadRequest, cycle_requests, run_leve
 from infbench.load_sweep import Level, warmup_requests
 from infbench.metrics import MS, aggregate, meets_slo
 from infbench.stats import percentile, summarize
+from infbench.vllm_server import ServerError
 
 # An open-loop pass whose server completes requests at under this share of the rate they were
 # sent at is clearly saturated: its queue grows without bound, whatever the latencies so far.
@@ -159,21 +160,28 @@ class CapacityProbes:
     """Measures probes of one kind (closed-loop `concurrency` or open-loop `request_rate`) on
     a running server, with the capacity settings of the config."""
 
-    def __init__(self, server, workload: list[dict], settings: dict, load: dict, *, seed: int, timeout_s: float):
+    def __init__(
+        self, server, workload: list[dict], settings: dict, load: dict, *, seed: int, timeout_s: float, progress=print
+    ):
         self.server, self.workload, self.settings, self.load = server, workload, settings, load
-        self.seed, self.timeout_s = seed, timeout_s
+        self.seed, self.timeout_s, self.progress = seed, timeout_s, progress
         self.api = workload[0]["api"]
-        self.progress = print
+        self.sustained_concurrency = 0  # the concurrency capacity, once searched
 
     def requests_for(self, mode: str, load: float) -> list[LoadRequest]:
+        """A closed loop needs twice its concurrency of requests to spend most of the pass at it;
+        an open loop, twice the concurrency the server sustains within the SLO (set once that
+        search is done), or a high rate would send the whole pass as one burst."""
         count = self.settings["requests_per_probe"]
-        # A closed loop needs twice its concurrency of requests to spend most of the pass at it.
         if mode == "concurrency":
             count = max(count, 2 * int(load))
+        else:
+            count = max(count, 2 * self.sustained_concurrency)
         return cycle_requests(self.workload, count)
 
     def run(self, requests, concurrency, arrivals, seed) -> LevelRun:
-        return asyncio.run(
+        """One pass; a server that died during it stops the search (its failures are no measurement)."""
+        run = asyncio.run(
             run_level(
                 self.server.base_url,
                 self.server.served_name,
@@ -188,6 +196,13 @@ class CapacityProbes:
                 scrape_metrics=self.server.metrics,
             )
         )
+        if not self.server.alive():
+            failed = sum(not s.result.success for s in run.results)
+            raise ServerError(
+                f"the server stopped answering during the capacity search: {failed} of {len(requests)} requests "
+                f"failed; its log:\n{self.server.log_tail()}"
+            )
+        return run
 
     def probe(self, mode: str, load: float) -> Probe:
         closed = mode == "concurrency"
@@ -235,8 +250,7 @@ def search_capacity(
 ) -> dict:
     """The concurrency search (seeded by the KV prediction), then the rate search (seeded by
     the request rate served at the concurrency capacity), with the limit that binds each."""
-    probes = CapacityProbes(server, workload, settings, load, seed=seed, timeout_s=timeout_s)
-    probes.progress = progress
+    probes = CapacityProbes(server, workload, settings, load, seed=seed, timeout_s=timeout_s, progress=progress)
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
     predicted = predicted_kv_concurrency(probes.requests_for("concurrency", 1), kv, max_model_len) if kv else None
     kv_full_usage = 1.0
@@ -264,12 +278,14 @@ def search_capacity(
         floor=1,
         ceiling=settings["max_concurrency"],
         integer=True,
+        tolerance=settings["tolerance"],
         max_probes=settings["max_probes"],
         kv_limit=predicted["value"] if predicted else None,
     )
     record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency)}
     if settings["rate"]:
         served = record["concurrency"]["at_capacity"]
+        probes.sustained_concurrency = int(concurrency.capacity or 0)
         # Little's law: the closed loop at its capacity completed requests at this rate.
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
         rate = search(
@@ -278,7 +294,7 @@ def search_capacity(
             floor=settings["min_rate"],
             ceiling=start * 8,
             integer=False,
-            tolerance=settings["rate_tolerance"],
+            tolerance=settings["tolerance"],
             max_probes=settings["max_probes"],
         )
         record["request_rate"] = outcome("request_rate", rate)

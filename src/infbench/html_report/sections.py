@@ -513,6 +513,29 @@ def overview_row(model: str, artifacts: dict) -> dict:
         row["server peak output tok/s (level)"] = (
             f"{throughput['mean']:.1f} {interval_text(throughput)} ({level_label(best)})"
         )
+    capacity = artifacts.get("slo_capacity")
+    if capacity:
+        search = capacity["concurrency"]
+        slo = ", ".join(f"{key} {value:g} ms" for key, value in capacity["slo_ms"].items())
+        row[f"SLO capacity, requests in flight ({capacity['attainment_target']:.0%} within {slo})"] = (
+            f"{search['capacity']} (first failing {search['first_failing']}; {search['binding']['limit']} binds)"
+        )
+        if capacity["cost"]["per_million_output_tokens"] is not None:
+            row["cost per million output tokens at capacity"] = (
+                f"{capacity['cost']['per_million_output_tokens']:.2f} {capacity['cost']['currency']}"
+            )
+    paging = artifacts.get("paging_live")
+    if paging:
+        contiguous, paged = (server["vllm"]["peak_num_requests_running"] for server in paging["servers"])
+        settings = paging["settings"]
+        blocks = f"{settings['max_model_len']}-token blocks vs paged"
+        row[f"requests at once on {settings['pool_tokens']:,} slots, {blocks} (vLLM live)"] = (
+            f"{contiguous:.0f} vs {paged:.0f}: {paging['live_ratio']:.2f}× (study {paging['study']['ratio']:.1f}×)"
+        )
+    utilisation = artifacts.get("utilisation")
+    if utilisation and utilisation["rows"]:
+        top = max(utilisation["rows"], key=lambda r: r["mbu"])
+        row["highest memory bandwidth utilisation"] = f"{top['mbu']:.0%} ({top['stage']} {top['case']})"
     return row
 
 
