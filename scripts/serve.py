@@ -6,7 +6,7 @@ from pathlib import Path
 
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import engine_env, place_client, vllm_engine_args
+from infbench.engine_settings import place_client
 from infbench.external_endpoint import ExternalEndpoint, measured_server
 from infbench.load_sweep import run_sweep, study_request
 from infbench.rule_logging import rule_logging
@@ -25,14 +25,7 @@ def main(snakemake):
     facts = read_json(model_dir / "model.json")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     workload = read_jsonl(snakemake.input.workload)
-    server = measured_server(
-        params.server.get("external"),
-        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
-        facts["name"],
-        snakemake.log.server,
-        engine_env(params.threads, params.device),
-        params.server["startup_timeout_s"],
-    )
+    server = measured_server(params, model_dir, facts["name"], snakemake.log.server)
     endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
     notes = []
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):

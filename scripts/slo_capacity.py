@@ -5,7 +5,7 @@ from pathlib import Path
 
 from infbench import provenance
 from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import engine_env, place_client, server_max_num_seqs, vllm_engine_args
+from infbench.engine_settings import place_client, server_max_num_seqs
 from infbench.external_endpoint import ExternalEndpoint, measured_server
 from infbench.rule_logging import rule_logging
 from infbench.server_metrics import server_kv_facts
@@ -20,14 +20,7 @@ def main(snakemake):
     model_dir = Path(snakemake.input.model)
     facts = read_json(model_dir / "model.json")
     workload = read_jsonl(snakemake.input.workload)
-    server = measured_server(
-        params.server.get("external"),
-        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
-        facts["name"],
-        snakemake.log.server,
-        engine_env(params.threads, params.device),
-        params.server["startup_timeout_s"],
-    )
+    server = measured_server(params, model_dir, facts["name"], snakemake.log.server)
     external = isinstance(server, ExternalEndpoint)
     with server:
         placement = place_client(params.threads, params.device)

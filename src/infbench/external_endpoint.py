@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from infbench.engine_settings import engine_env, vllm_engine_args
 from infbench.errors import UserError
 from infbench.vllm_server import VLLMServer
 
@@ -88,8 +89,16 @@ class ExternalEndpoint:
         pass
 
 
-def measured_server(external: dict | None, engine_args: dict, served_name: str, log_path, env: dict, startup_timeout_s):
-    """The endpoint given in server.external, or a vLLM server of the model, not yet entered."""
+def measured_server(params, model_dir, served_name: str, log_path):
+    """The endpoint given in server.external, or a vLLM server of the model with the rule's
+    engine settings (`params`: a rule's dtype, engine, seed, device, threads, server), not yet entered."""
+    external = params.server.get("external")
     if external:
         return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
-    return VLLMServer(engine_args, served_name, log_path, env=env, startup_timeout_s=startup_timeout_s)
+    return VLLMServer(
+        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
+        served_name,
+        log_path,
+        env=engine_env(params.threads, params.device),
+        startup_timeout_s=params.server["startup_timeout_s"],
+    )
