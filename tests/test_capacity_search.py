@@ -8,6 +8,7 @@ import random
 import pytest
 
 from infbench.capacity_search import Probe, binding_limit, clearly_below, search, wilson_interval
+from infbench.html_report.capacity import capacity_text
 from infbench.slo_capacity import cost_per_million_output_tokens
 
 
@@ -63,6 +64,9 @@ def test_no_passing_load_and_a_passing_ceiling_are_told_apart():
     assert (nothing.capacity, nothing.first_failing, nothing.converged) == (None, 1, True)
     everything = search(lambda c: Probe(c, True), start=4, floor=1, ceiling=64, integer=True)
     assert (everything.capacity, everything.first_failing, everything.converged) == (64, None, True)
+    # The report gives a passing ceiling as a lower bound, never as the capacity itself.
+    assert capacity_text("concurrency", everything.to_json()).startswith("at least c=64")
+    assert capacity_text("concurrency", nothing.to_json()) == "none"
     cut = search(lambda c: Probe(c, c <= 50), start=1, floor=1, ceiling=256, integer=True, max_probes=4)
     assert len(cut.probes) == 4 and not cut.converged and cut.capacity == 8
 

@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from infbench import study_figures
+from infbench.html_report.capacity import capacity_text, load_text
 from infbench.html_report.figures import figure
 
 
@@ -515,11 +516,15 @@ def overview_row(model: str, artifacts: dict) -> dict:
         )
     capacity = artifacts.get("slo_capacity")
     if capacity:
-        search = capacity["concurrency"]
         slo = ", ".join(f"{key} {value:g} ms" for key, value in capacity["slo_ms"].items())
-        row[f"SLO capacity, requests in flight ({capacity['attainment_target']:.0%} within {slo})"] = (
-            f"{search['capacity']} (first failing {search['first_failing']}; {search['binding']['limit']} binds)"
-        )
+        for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):
+            search = capacity.get(mode)
+            if search:
+                first_failing = load_text(mode, search["first_failing"])
+                row[f"SLO capacity, {name} ({capacity['attainment_target']:.0%} within {slo})"] = (
+                    f"{capacity_text(mode, search)} (first failing {first_failing}; "
+                    f"{search['binding']['limit'].replace('_', ' ')} binds)"
+                )
         if capacity["cost"]["per_million_output_tokens"] is not None:
             row["cost per million output tokens at capacity"] = (
                 f"{capacity['cost']['per_million_output_tokens']:.2f} {capacity['cost']['currency']}"
