@@ -48,6 +48,10 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     assert rate["probes"][0]["load"] == pytest.approx(
         max(search["at_capacity"]["request_throughput"]["mean"], capacity["settings"]["min_rate"])
     )
+    # No rate above the most requests per second a closed-loop probe completed: past the server's
+    # throughput a finite open-loop pass is one burst, not a sustained rate.
+    highest = max(p["request_throughput"]["mean"] for p in search["probes"])
+    assert max(p["load"] for p in rate["probes"]) <= max(highest, rate["probes"][0]["load"]) * (1 + 1e-9)
     # Each rate pass sends twice the concurrency capacity, so that a high rate is no single burst.
     per_pass = max(capacity["settings"]["requests_per_probe"], 2 * search["capacity"])
     assert all(p["requests"] == per_pass for probe in rate["probes"] for p in probe["pass_records"])

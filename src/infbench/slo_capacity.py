@@ -10,7 +10,10 @@ of `load.slo_ms`, each probe a few passes of the load client after an untimed wa
     SATURATED_SHARE of the rate they were sent at
 
 The concurrency search is seeded by the KV simulator: the requests that fit the engine's
-pool at once at their peak footprint (block-exact, vLLM's null block excluded).
+pool at once at their peak footprint (block-exact, vLLM's null block excluded). The rate search
+starts at the request rate the closed loop served at its capacity (Little's law) and goes no
+higher than the most requests per second any closed-loop probe completed: past the server's
+throughput an open loop's queue grows without bound.
 """
 
 from __future__ import annotations
@@ -235,6 +238,14 @@ class CapacityProbes:
         return Probe(load, met, record)
 
 
+def highest_completion_rate(probes: list[Probe]) -> float:
+    """The most requests per second any closed-loop probe completed (mean over its passes): the
+    rate search's ceiling. An open loop above the server's throughput builds a queue without
+    bound, but a pass of a few dozen requests sent faster than that is one burst, served as a
+    closed loop would serve it, and can meet the SLO: such rates are not probed."""
+    return max((p.record["request_throughput"]["mean"] for p in probes), default=0.0)
+
+
 def search_capacity(
     server,
     workload: list[dict],
@@ -249,7 +260,8 @@ def search_capacity(
     progress=print,
 ) -> dict:
     """The concurrency search (seeded by the KV prediction), then the rate search (seeded by
-    the request rate served at the concurrency capacity), with the limit that binds each."""
+    the request rate served at the concurrency capacity, up to the highest completion rate),
+    with the limit that binds each."""
     probes = CapacityProbes(server, workload, settings, load, seed=seed, timeout_s=timeout_s, progress=progress)
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
     predicted = predicted_kv_concurrency(probes.requests_for("concurrency", 1), kv, max_model_len) if kv else None
@@ -292,7 +304,7 @@ def search_capacity(
             lambda r: probes.probe("request_rate", r),
             start=start,
             floor=settings["min_rate"],
-            ceiling=start * 8,
+            ceiling=max(start, highest_completion_rate(concurrency.probes)),
             integer=False,
             tolerance=settings["tolerance"],
             max_probes=settings["max_probes"],

@@ -26,7 +26,11 @@ def capacity_text(mode: str, search: dict) -> str:
     """The capacity, or its lower bound where even the search's ceiling met the SLO."""
     text = load_text(mode, search["capacity"])
     if search["capacity"] is not None and search["first_failing"] is None:
-        setting = "capacity.max_concurrency" if mode == "concurrency" else "8x the seed rate"
+        setting = (
+            "capacity.max_concurrency"
+            if mode == "concurrency"
+            else "the most requests per second a closed-loop probe completed"
+        )
         return f"at least {text} (the search's ceiling, {setting}, met the SLO)"
     return text
 

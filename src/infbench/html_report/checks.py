@@ -4,6 +4,7 @@ worst first."""
 from __future__ import annotations
 
 from infbench.checks import STATUS_RANK
+from infbench.html_report.capacity import capacity_text, load_text
 from infbench.html_report.sections import level_label
 
 
@@ -72,8 +73,8 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     "name": f"{mode.replace('_', ' ')} search converged",
                     "status": "pass" if search["converged"] else "warn",
                     "value": search["capacity"],
-                    "detail": f"{len(search['probes'])} probes; capacity {search['capacity']}, first failing "
-                    f"{search['first_failing']}"
+                    "detail": f"{len(search['probes'])} probes; capacity {capacity_text(mode, search)}, first failing "
+                    f"{load_text(mode, search['first_failing'])}"
                     + ("" if search["converged"] else ": the bracket is still wide, raise capacity.max_probes"),
                 }
             )
