@@ -67,6 +67,8 @@ def test_no_passing_load_and_a_passing_ceiling_are_told_apart():
     # The report gives a passing ceiling as a lower bound, never as the capacity itself.
     assert capacity_text("concurrency", everything.to_json()).startswith("at least c=64")
     assert capacity_text("concurrency", nothing.to_json()) == "none"
+    # A rate ceiling is the server's measured throughput: nothing faster is sustained, so no "at least".
+    assert capacity_text("request_rate", everything.to_json()).startswith("64.00 req/s (the most requests")
     cut = search(lambda c: Probe(c, c <= 50), start=1, floor=1, ceiling=256, integer=True, max_probes=4)
     assert len(cut.probes) == 4 and not cut.converged and cut.capacity == 8
 

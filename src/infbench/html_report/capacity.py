@@ -23,16 +23,15 @@ def load_text(mode: str, load) -> str:
 
 
 def capacity_text(mode: str, search: dict) -> str:
-    """The capacity, or its lower bound where even the search's ceiling met the SLO."""
+    """The capacity, told apart where the search's ceiling itself met the SLO: for concurrency a
+    lower bound (capacity.max_concurrency), for rate the server's throughput (no faster rate was
+    probed: it is past the most requests per second the server completed)."""
     text = load_text(mode, search["capacity"])
-    if search["capacity"] is not None and search["first_failing"] is None:
-        setting = (
-            "capacity.max_concurrency"
-            if mode == "concurrency"
-            else "the most requests per second a closed-loop probe completed"
-        )
-        return f"at least {text} (the search's ceiling, {setting}, met the SLO)"
-    return text
+    if search["capacity"] is None or search["first_failing"] is not None:
+        return text
+    if mode == "concurrency":
+        return f"at least {text} (capacity.max_concurrency met the SLO)"
+    return f"{text} (the most requests per second a closed-loop probe completed, and it met the SLO)"
 
 
 def probe_text(mode: str, probe: dict | None) -> str:
