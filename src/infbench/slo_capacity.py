@@ -72,6 +72,7 @@ def pass_record(run: LevelRun, slo_ms: dict) -> dict:
     achieved, offered = rates.get("achieved"), rates.get("offered")
     long_enough = bool(run.scheduled) and run.scheduled[-1] >= LONG_PASS * summary["median_e2el_ms"] / MS
     behind = bool(offered) and long_enough and achieved < SATURATED_SHARE * rates["sent"]
+    growing = queue_growing(run)
     return {
         "requests": len(results),
         "met_slo": sum(meets_slo(r, slo_ms) for r in results),
@@ -87,8 +88,8 @@ def pass_record(run: LevelRun, slo_ms: dict) -> dict:
         "p99_e2el_ms": summary["p99_e2el_ms"],
         "offered_request_rate": offered,
         "achieved_request_rate": achieved,
-        "queue_growing": queue_growing(run),
-        "saturated": behind or queue_growing(run),
+        "queue_growing": growing,
+        "saturated": behind or growing,
         "mean_num_requests_running": sum(running) / len(running) if running else None,
         "peak_num_requests_running": series.peak("vllm:num_requests_running"),
         "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
