@@ -29,8 +29,9 @@ localrules:
 include: "workflow/rules/model.smk"
 include: "workflow/rules/workload.smk"
 include: "workflow/rules/offline.smk"
-include: "workflow/rules/serve.smk"
-include: "workflow/rules/allocator.smk"
+include: "workflow/rules/serving.smk"
+include: "workflow/rules/capacity.smk"
+include: "workflow/rules/kv.smk"
 include: "workflow/rules/utilisation.smk"
 include: "workflow/rules/report.smk"
 

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.allocator_analysis import analyse
-from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import kv_cache_bytes
-from infbench.rule_logging import rule_logging
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import kv_cache_bytes
+from infbench.kv.allocator import analyse
 
 
 def main(snakemake):

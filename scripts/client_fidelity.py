@@ -4,9 +4,13 @@ on it with the same work, stop it -> client_fidelity.json."""
 import tempfile
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json, write_text_atomic
-from infbench.client_fidelity import (
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json, write_text_atomic
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import engine_env, place_client, vllm_engine_args
+from infbench.engines.vllm_server import VLLMServer, raise_on_sigterm
+from infbench.serving.client import cycle_requests
+from infbench.serving.client_fidelity import (
     VLLM_RESULT,
     alternate,
     fidelity_checks,
@@ -16,10 +20,6 @@ from infbench.client_fidelity import (
     vllm_bench_arguments,
     write_dataset,
 )
-from infbench.engine_settings import engine_env, place_client, vllm_engine_args
-from infbench.load_client import cycle_requests
-from infbench.rule_logging import rule_logging
-from infbench.vllm_server import VLLMServer, raise_on_sigterm
 
 
 def main(snakemake):

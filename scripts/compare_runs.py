@@ -1,8 +1,8 @@
 """Rule `compare_runs` (workflow/compare/Snakefile): the runs, however they were fetched -> the
 comparison page and its JSON."""
 
-from infbench.compare_command import verdict_counts, write_comparison
-from infbench.rule_logging import rule_logging
+from infbench.core.rule_logging import rule_logging
+from infbench.runs.command import verdict_counts, write_comparison
 
 
 def main(snakemake):

@@ -13,8 +13,12 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from infbench.artifacts import read_jsonl
-from infbench.client_fidelity import (
+from infbench.core.artifacts import read_jsonl
+from infbench.core.hardware import resolve_dtype
+from infbench.engines.settings import engine_env, place_client, vllm_engine_args
+from infbench.engines.vllm_server import VLLMServer
+from infbench.serving.client import cycle_requests
+from infbench.serving.client_fidelity import (
     alternate,
     fidelity_ratios,
     run_ours,
@@ -22,10 +26,6 @@ from infbench.client_fidelity import (
     vllm_bench_arguments,
     write_dataset,
 )
-from infbench.engine_settings import engine_env, place_client, vllm_engine_args
-from infbench.hardware import resolve_dtype
-from infbench.load_client import cycle_requests
-from infbench.vllm_server import VLLMServer
 
 SHOWN = (
     "output_throughput",

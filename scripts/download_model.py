@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from infbench.model_download import download_model
-from infbench.rule_logging import rule_logging
+from infbench.core.rule_logging import rule_logging
+from infbench.model.download import download_model
 
 
 def main(snakemake):

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import pin_process
-from infbench.offline_scenarios import fair_settings, offline_artifact
-from infbench.rule_logging import rule_logging
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import pin_process
+from infbench.offline.scenarios import fair_settings, offline_artifact
 
 
 def main(snakemake):
@@ -14,7 +14,7 @@ def main(snakemake):
     started = provenance.now_iso()
     cpus = pin_process(params.threads, params.device)  # before torch creates its thread pool
 
-    from infbench.hf_runner import HFRunner
+    from infbench.offline.hf_baseline import HFRunner
 
     model_dir = Path(snakemake.input.model)
     facts = read_json(model_dir / "model.json")

@@ -1,8 +1,8 @@
 """Rule `html_report`: every artifact, through the declared template -> results/report.html."""
 
-from infbench.artifacts import load_model_artifacts, write_text_atomic
-from infbench.html_report import build_context, render
-from infbench.rule_logging import rule_logging
+from infbench.core.artifacts import load_model_artifacts, write_text_atomic
+from infbench.core.rule_logging import rule_logging
+from infbench.report import build_context, render
 
 
 def main(snakemake):

@@ -1,10 +1,10 @@
 """Rule `kv_validation`: the blocks the requests in flight held, by the simulator's arithmetic,
 against the server's scraped KV usage over every load level's time series -> kv_validation.json."""
 
-from infbench import provenance
-from infbench.artifacts import read_json, write_json
-from infbench.kv_validation import live_validation
-from infbench.rule_logging import rule_logging
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.kv.validation import live_validation
 
 
 def main(snakemake):

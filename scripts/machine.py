@@ -1,9 +1,9 @@
 """Rule `machine`: this machine's memory bandwidth, STREAM's triad on the engine's cores -> machine.json."""
 
-from infbench import provenance
-from infbench.artifacts import write_json
-from infbench.engine_settings import pin_process
-from infbench.rule_logging import rule_logging
+from infbench.core import provenance
+from infbench.core.artifacts import write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import pin_process
 
 
 def main(snakemake):
@@ -12,7 +12,7 @@ def main(snakemake):
     cpus = pin_process(params.threads, params.device)  # before torch starts its threads
     import torch
 
-    from infbench.machine_bandwidth import triad_bandwidth
+    from infbench.utilisation.bandwidth import triad_bandwidth
 
     torch.set_num_threads(params.threads)
     bandwidth = triad_bandwidth(params.device)

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from infbench.models import resolve_model
-from infbench.rule_logging import rule_logging
+from infbench.core.rule_logging import rule_logging
+from infbench.model.folder import resolve_model
 
 
 def main(snakemake):

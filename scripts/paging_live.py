@@ -3,13 +3,13 @@ per request against paging, each driven above its limit -> paging_live.json."""
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, write_json
-from infbench.engine_settings import engine_env, vllm_engine_args
-from infbench.paging_live import compare, drive, live_ratio, predict, server_pools, study_arithmetic, study_requests
-from infbench.rule_logging import rule_logging
-from infbench.server_metrics import server_kv_facts
-from infbench.vllm_server import ServerError, VLLMServer, raise_on_sigterm, started_together
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.settings import engine_env, vllm_engine_args
+from infbench.engines.vllm_server import ServerError, VLLMServer, raise_on_sigterm, started_together
+from infbench.kv.paging_live import compare, drive, live_ratio, predict, server_pools, study_arithmetic, study_requests
 
 
 def main(snakemake):

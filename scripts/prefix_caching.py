@@ -3,14 +3,14 @@ taking turns on the shared-prefix and conversation request sets -> prefix_cachin
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import engine_env, vllm_engine_args
-from infbench.prefix_caching_study import ARMS, run_rounds, summarize_sets
-from infbench.prefix_sharing import conversation_set, shared_prefix_set
-from infbench.rule_logging import rule_logging
-from infbench.vllm_server import VLLMServer, raise_on_sigterm, started_together
-from infbench.workload import Prompts
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import engine_env, vllm_engine_args
+from infbench.engines.vllm_server import VLLMServer, raise_on_sigterm, started_together
+from infbench.serving.prefix_caching import ARMS, run_rounds, summarize_sets
+from infbench.serving.prefix_sets import conversation_set, shared_prefix_set
+from infbench.workload.requests import Prompts
 
 
 def main(snakemake):

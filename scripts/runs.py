@@ -16,9 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from infbench.compare_command import verdict_counts, write_comparison
-from infbench.errors import UserError
-from infbench.run_archive import pack, unpack
+from infbench.core.errors import UserError
+from infbench.runs.archive import pack, unpack
+from infbench.runs.command import verdict_counts, write_comparison
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "comparison.html.j2"
 

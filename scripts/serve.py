@@ -4,15 +4,15 @@ stop what it started -> server.json and load.json."""
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import place_client
-from infbench.external_endpoint import ExternalEndpoint, measured_server
-from infbench.load_sweep import run_sweep, study_request
-from infbench.rule_logging import rule_logging
-from infbench.server_metrics import server_kv_facts
-from infbench.vllm_server import raise_on_sigterm
-from infbench.workload import STUDY_API_PROMPT, has_chat_template
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
+from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.settings import place_client
+from infbench.engines.vllm_server import raise_on_sigterm
+from infbench.serving.sweep import run_sweep, study_request
+from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template
 
 
 def main(snakemake):

@@ -3,14 +3,14 @@ bracketing and bisection on a server of the model (or the external endpoint) -> 
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import place_client, server_max_num_seqs
-from infbench.external_endpoint import ExternalEndpoint, measured_server
-from infbench.rule_logging import rule_logging
-from infbench.server_metrics import server_kv_facts
-from infbench.slo_capacity import cost_per_million_output_tokens, search_capacity
-from infbench.vllm_server import raise_on_sigterm
+from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
+from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.settings import place_client, server_max_num_seqs
+from infbench.engines.vllm_server import raise_on_sigterm
 
 
 def main(snakemake):

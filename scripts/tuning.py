@@ -2,12 +2,12 @@
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, read_jsonl, write_json
-from infbench.engine_settings import engine_env, vllm_engine_args
-from infbench.rule_logging import rule_logging
-from infbench.tuning_grid import best_cell, run_tuning
-from infbench.vllm_server import raise_on_sigterm
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import engine_env, vllm_engine_args
+from infbench.engines.vllm_server import raise_on_sigterm
+from infbench.serving.tuning import best_cell, run_tuning
 
 
 def main(snakemake):

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from infbench import provenance
-from infbench.artifacts import read_json, write_json
-from infbench.rule_logging import rule_logging
-from infbench.utilisation import FORMULA, model_bytes, offline_rows, serving_rows
+from infbench.core import provenance
+from infbench.core.artifacts import read_json, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.utilisation.mbu import FORMULA, model_bytes, offline_rows, serving_rows
 
 
 def main(snakemake):

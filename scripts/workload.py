@@ -1,10 +1,10 @@
 """Rule `workload`: the seeded prompt set -> results/{model}/workload.jsonl, and where it came
 from (source, checksum, rows read and dropped, API, chat template) -> workload_summary.json."""
 
-from infbench import provenance
-from infbench.artifacts import write_json, write_jsonl
-from infbench.rule_logging import rule_logging
-from infbench.workload import build_workload, workload_summary
+from infbench.core import provenance
+from infbench.core.artifacts import write_json, write_jsonl
+from infbench.core.rule_logging import rule_logging
+from infbench.workload.requests import build_workload, workload_summary
 
 
 def main(snakemake):

@@ -30,8 +30,8 @@ def default_config() -> dict:
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
     """The embedded default model, converted by the real `model` code once per cache."""
-    from infbench.model_download import download_model
-    from infbench.models import resolve_model
+    from infbench.model.download import download_model
+    from infbench.model.folder import resolve_model
 
     spec = {"name": "smollm2-135m-instruct", "source": "embedded"}
     folder = CACHE / "models" / spec["name"]
@@ -45,7 +45,7 @@ def embedded_model() -> Path:
 def tiny_model(embedded_model) -> Path:
     """The first two layers of the embedded model with its real tokenizer: same shapes per
     layer and the same vocabulary, about 15x less compute, so engine tests run fast."""
-    from infbench.models import truncate_layers
+    from infbench.model.folder import truncate_layers
 
     folder = CACHE / "models" / "tiny-smollm2-2layers"
     if not (folder / "config.json").is_file():
@@ -63,7 +63,7 @@ PIPELINE_RULES = {
     "vllm_offline",
     "hf_baseline_round",
     "vllm_offline_round",
-    "compare_offline",
+    "offline_comparison",
     "allocator",
     "serve",
     "client_fidelity",

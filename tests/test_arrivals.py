@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from infbench.arrivals import Arrivals, send_offsets
+from infbench.serving.arrivals import Arrivals, send_offsets
 
 
 def gaps(offsets):

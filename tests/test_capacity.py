@@ -10,9 +10,9 @@ from conftest import tiny_config
 
 
 def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run):
-    from infbench.artifacts import read_json, read_jsonl, validate
-    from infbench.kv_simulator import Strategy, TraceRequest, static_capacity
-    from infbench.load_client import cycle_requests
+    from infbench.core.artifacts import read_json, read_jsonl, validate
+    from infbench.kv.simulator import Strategy, TraceRequest, static_capacity
+    from infbench.serving.client import cycle_requests
 
     capacity = read_json(tiny_run / "results/tiny/slo_capacity.json")
     validate(capacity, "slo_capacity")
@@ -62,7 +62,7 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
 def test_one_block_per_request_admits_exactly_the_pool(tiny_run):
     """The server whose block is max_model_len tokens: each request holds one block, so vLLM runs
     exactly as many at once as its pool lends (num_blocks - 1), as the simulator predicts."""
-    from infbench.artifacts import read_json, validate
+    from infbench.core.artifacts import read_json, validate
 
     paging = read_json(tiny_run / "results/tiny/paging_live.json")
     validate(paging, "paging_live")
@@ -85,7 +85,7 @@ def test_one_block_per_request_admits_exactly_the_pool(tiny_run):
 
 
 def test_mbu_for_every_offline_scenario_and_serving_level(tiny_run):
-    from infbench.artifacts import read_json, validate
+    from infbench.core.artifacts import read_json, validate
 
     machine = read_json(tiny_run / "results/machine.json")
     validate(machine, "machine")
@@ -105,7 +105,7 @@ def test_mbu_for_every_offline_scenario_and_serving_level(tiny_run):
 
 
 def test_tuning_cells_report_their_slo_capacity(tiny_run):
-    from infbench.artifacts import read_json
+    from infbench.core.artifacts import read_json
 
     tuning = read_json(tiny_run / "results/tiny/tuning.json")
     cell = tuning["cells"][0]
@@ -121,7 +121,7 @@ def test_tuning_cells_report_their_slo_capacity(tiny_run):
 
 
 def test_paging_predictions_on_the_study_pool():
-    from infbench.paging_live import predict, server_pools, study_trace
+    from infbench.kv.paging_live import predict, server_pools, study_trace
 
     settings = {"pool_tokens": 10_000, "max_model_len": 512, "requests": 100, "output_tokens": 8}
     pools = server_pools(settings, "cpu")
@@ -139,7 +139,7 @@ def test_paging_predictions_on_the_study_pool():
 
 
 def test_mbu_formula():
-    from infbench.utilisation import mbu
+    from infbench.utilisation.mbu import mbu
 
     # 1 GB of weights a step at 50 ms a step: 20 GB/s; 100 tok/s x 200 tokens x 1 kB: 20 MB/s.
     figures = mbu(
@@ -161,7 +161,7 @@ def test_mbu_formula():
     ],
 )
 def test_capacity_and_paging_config_errors(tmp_path, section, values, message):
-    from infbench.config import ConfigError, validate_config
+    from infbench.core.config import ConfigError, validate_config
 
     config = tiny_config(tmp_path)
     config["models"][0]["path"] = str(tmp_path)

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from infbench.capacity_search import Probe, binding_limit, clearly_below, search, wilson_interval
-from infbench.html_report.capacity import capacity_text
-from infbench.slo_capacity import cost_per_million_output_tokens
+from infbench.capacity.search import Probe, binding_limit, clearly_below, search, wilson_interval
+from infbench.capacity.slo_capacity import cost_per_million_output_tokens
+from infbench.report.capacity import capacity_text
 
 
 def fake_server(ttft_ms_at, slo_ttft_ms: float, target: float, requests: int = 200, seed: int = 0):

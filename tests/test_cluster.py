@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from conftest import REPO, dry_run_jobs, load_default_config, snakemake, tiny_config, write_config
 
-from infbench.artifacts import read_json, validate
+from infbench.core.artifacts import read_json, validate
 
 
 @pytest.mark.slow

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, copy_checkout, snakemake, tiny_config, write_config
 
-from infbench.artifacts import read_json
-from infbench.run_comparison import FASTER, NO_DIFFERENCE, NO_INTERVAL, SLOWER
+from infbench.core.artifacts import read_json
+from infbench.runs.comparison import FASTER, NO_DIFFERENCE, NO_INTERVAL, SLOWER
 
 RUNS = [sys.executable, str(REPO / "scripts" / "runs.py")]
 # The serving stage alone, at one closed-loop level with three passes (intervals across passes

@@ -4,8 +4,8 @@ the bad value and what is allowed."""
 import pytest
 from conftest import REPO, load_default_config
 
-from infbench.config import ConfigError, validate_config
-from infbench.hardware import resolve_dtype
+from infbench.core.config import ConfigError, validate_config
+from infbench.core.hardware import resolve_dtype
 
 CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -73,7 +73,7 @@ def test_empty_config_is_refused():
 
 
 def test_dtype_auto(monkeypatch):
-    import infbench.hardware as hardware_module
+    import infbench.core.hardware as hardware_module
 
     assert resolve_dtype("float16", "cpu") == "float16"
     assert resolve_dtype("auto", "cuda") == "bfloat16"
@@ -84,7 +84,7 @@ def test_dtype_auto(monkeypatch):
 
 
 def test_native_bf16_reads_cpu_flags(tmp_path):
-    from infbench.hardware import native_bf16_cpu
+    from infbench.core.hardware import native_bf16_cpu
 
     (tmp_path / "avx2").write_text("flags\t\t: fpu avx avx2 fma\n")
     (tmp_path / "bf16").write_text("flags\t\t: fpu avx avx2 avx512f avx512_bf16\n")
@@ -94,7 +94,7 @@ def test_native_bf16_reads_cpu_flags(tmp_path):
 
 
 def test_canonical_sorts_keys_at_every_depth():
-    from infbench.config import canonical
+    from infbench.core.config import canonical
 
     value = {"b": 1, "a": {"d": [{"z": 1, "y": 2}], "c": 0}}
     result = canonical(value)

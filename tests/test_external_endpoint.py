@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from conftest import copy_checkout, snakemake, tiny_config, write_config
 
-from infbench.artifacts import read_json, validate
-from infbench.checks import STATUS_RANK
-from infbench.engine_settings import engine_env, vllm_engine_args
-from infbench.external_endpoint import EndpointError, ExternalEndpoint
-from infbench.load_checks import validity_checks
-from infbench.load_client import LevelRun, LoadRequest, StreamedResult
-from infbench.metrics import RequestResult
-from infbench.server_metrics import MetricsSeries
-from infbench.vllm_server import VLLMServer
+from infbench.core.artifacts import read_json, validate
+from infbench.core.checks import STATUS_RANK
+from infbench.core.metrics import RequestResult
+from infbench.engines.external_endpoint import EndpointError, ExternalEndpoint
+from infbench.engines.server_metrics import MetricsSeries
+from infbench.engines.settings import engine_env, vllm_engine_args
+from infbench.engines.vllm_server import VLLMServer
+from infbench.serving.client import LevelRun, LoadRequest, StreamedResult
+from infbench.serving.level_checks import validity_checks
 
 KEY_VARIABLE = "INFBENCH_TEST_ENDPOINT_KEY"
 SERVED_NAME = "tiny-served-elsewhere"

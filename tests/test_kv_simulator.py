@@ -5,8 +5,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infbench.allocator_analysis import pool_sizing_check, study_reproduction
-from infbench.kv_simulator import (
+from infbench.kv.allocator import pool_sizing_check, study_reproduction
+from infbench.kv.simulator import (
     FirstFit,
     Strategy,
     TraceRequest,
@@ -172,7 +172,7 @@ def test_prefix_sharing_never_needs_more_memory():
 
 
 def test_allocator_rule_on_the_tiny_run(tiny_run):
-    from infbench.artifacts import read_json, validate
+    from infbench.core.artifacts import read_json, validate
 
     analysis = read_json(tiny_run / "results/tiny/allocator.json")
     validate(analysis, "allocator")
@@ -189,7 +189,7 @@ def shifted_share(level: dict, kv: dict, shift: int) -> float:
     """Share of a level's samples outside the band when the prediction is `shift` blocks off."""
     import statistics
 
-    from infbench.kv_validation import check_series, predicted_band
+    from infbench.kv.validation import check_series, predicted_band
 
     outside = samples = 0
     for repeat in level["repeats"]:
@@ -210,8 +210,8 @@ def shifted_share(level: dict, kv: dict, shift: int) -> float:
 def test_live_validation_against_the_server(tiny_run):
     """The scraped usage lies in the simulator's band over the whole time series; the same check
     fails a prediction three blocks off, either way."""
-    from infbench.artifacts import read_json, validate
-    from infbench.kv_validation import MAX_OUTSIDE_SHARE
+    from infbench.core.artifacts import read_json, validate
+    from infbench.kv.validation import MAX_OUTSIDE_SHARE
 
     live = read_json(tiny_run / "results/tiny/kv_validation.json")
     validate(live, "kv_validation")
@@ -227,7 +227,7 @@ def test_live_validation_against_the_server(tiny_run):
 
 
 def test_live_validation_bands_each_request_by_what_the_client_saw():
-    from infbench.kv_validation import check_series, live_validation, predicted_band, request_band
+    from infbench.kv.validation import check_series, live_validation, predicted_band, request_band
 
     # 40-token prompt, 4 tokens out, blocks of 16: sent at 1.0, tokens at 1.5, 1.6, 1.7, 1.8.
     request = {"prompt_tokens": 40, "output_tokens": 4, "sent_s": 1.0, "ttft": 0.5, "itl": [0.1] * 3, "success": True}

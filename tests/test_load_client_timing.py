@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
-from infbench.load_client import LoadRequest, run_level
+from infbench.serving.client import LoadRequest, run_level
 
 FIRST_TOKEN_S = 0.3  # the reference server sends the first token this long after a request arrives
 TOKEN_GAP_S = 0.05

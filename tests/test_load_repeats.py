@@ -5,13 +5,13 @@ import math
 
 import pytest
 
-from infbench.arrivals import Arrivals
-from infbench.client_fidelity import alternate, fidelity_checks, fidelity_ratios
-from infbench.load_client import LevelRun, LoadRequest, StreamedResult
-from infbench.load_sweep import Level, percentile_support, repeats_agree, summarize_level, warmup_requests
-from infbench.metrics import RequestResult, aggregate
-from infbench.server_metrics import MetricsSeries
-from infbench.stats import median_interval, percentile_needs
+from infbench.core.metrics import RequestResult, aggregate
+from infbench.core.stats import median_interval, percentile_needs
+from infbench.engines.server_metrics import MetricsSeries
+from infbench.serving.arrivals import Arrivals
+from infbench.serving.client import LevelRun, LoadRequest, StreamedResult
+from infbench.serving.client_fidelity import alternate, fidelity_checks, fidelity_ratios
+from infbench.serving.sweep import Level, percentile_support, repeats_agree, summarize_level, warmup_requests
 
 
 def test_median_interval_from_order_statistics_by_hand():

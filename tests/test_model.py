@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from infbench.artifacts import validate
-from infbench.engine_settings import vllm_engine_args
-from infbench.model_download import download_model
-from infbench.models import ModelError, kv_bytes_per_token, resolve_model, safetensors_parameter_count
+from infbench.core.artifacts import validate
+from infbench.engines.settings import vllm_engine_args
+from infbench.model.download import download_model
+from infbench.model.folder import ModelError, kv_bytes_per_token, resolve_model, safetensors_parameter_count
 
 PARIS_PROMPT = "The capital of France is"
 

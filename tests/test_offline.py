@@ -7,9 +7,9 @@ import torch
 from conftest import dry_run_jobs, snakemake
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from infbench.artifacts import read_json, read_jsonl, validate
-from infbench.hf_runner import HFRunner
-from infbench.same_model_check import gaps_under_hf, same_model_verdict, teacher_forced_gaps
+from infbench.core.artifacts import read_json, read_jsonl, validate
+from infbench.offline.hf_baseline import HFRunner
+from infbench.offline.same_weights import gaps_under_hf, same_model_verdict, teacher_forced_gaps
 
 MEASURING_RULES = ("hf_baseline", "vllm_offline")
 ROUND_ARTIFACTS = ("offline_rounds/hf_baseline_2", "offline_rounds/vllm_offline_2")

@@ -3,10 +3,10 @@ on the case it exists for."""
 
 import pytest
 
-from infbench.allocator_analysis import analyse
-from infbench.engine_report import TIMING
-from infbench.hf_runner import count_generated
-from infbench.offline_comparison import like_for_like_checks
+from infbench.kv.allocator import analyse
+from infbench.offline.comparison import like_for_like_checks
+from infbench.offline.hf_baseline import count_generated
+from infbench.offline.timing import TIMING
 
 
 def offline_run(engine, device="cpu", dtype="float32", cpus=(0, 1), output_tokens=8, timing=None):

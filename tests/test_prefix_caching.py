@@ -3,9 +3,9 @@ the live server to it, the request sets, and the tiny run's study."""
 
 import pytest
 
-from infbench.artifacts import read_json, validate
-from infbench.prefix_caching_study import hit_checks
-from infbench.prefix_sharing import conversation_set, predicted_hits, shared_prefix_set
+from infbench.core.artifacts import read_json, validate
+from infbench.serving.prefix_caching import hit_checks
+from infbench.serving.prefix_sets import conversation_set, predicted_hits, shared_prefix_set
 
 
 def test_only_whole_blocks_of_a_shared_prefix_are_predicted_hits():
@@ -43,7 +43,7 @@ def test_hit_checks_fail_beyond_the_prediction_and_with_caching_off(off, on, sta
 def prompts(tiny_model):
     from transformers import AutoTokenizer
 
-    from infbench.workload import Prompts
+    from infbench.workload.requests import Prompts
 
     return Prompts(AutoTokenizer.from_pretrained(tiny_model), "chat")
 

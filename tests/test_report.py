@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 from conftest import PIPELINE_RULES, REPO, model_artifact_paths, snakemake, tiny_config
 
-from infbench.artifacts import load_model_artifacts
-from infbench.html_report import build_context, render
-from infbench.html_report.figures import figure
+from infbench.core.artifacts import load_model_artifacts
+from infbench.report import build_context, render
+from infbench.report.figures import figure
 
 TEMPLATE = REPO / "report" / "report.html.j2"
 
@@ -133,7 +133,7 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     more_rounds["benchmark"]["agreement_threshold"] = 0.8
     (tmp_path / "rounds.yaml").write_text(yaml.safe_dump(more_rounds))
     dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "rounds.yaml")).stdout
-    assert jobs_of(dry) == {"hf_baseline_round", "vllm_offline_round", "compare_offline", "html_report"}
+    assert jobs_of(dry) == {"hf_baseline_round", "vllm_offline_round", "offline_comparison", "html_report"}
 
     other_model = tmp_path / "tiny-copy"
     shutil.copytree(tiny_model, other_model)
@@ -146,9 +146,9 @@ def test_reruns_redo_only_what_changed(tiny_run, tiny_model, tmp_path):
     # Code: a module that computes numbers reruns its rules; provenance and artifact writing rerun nothing.
     package = tiny_run / "src" / "infbench"
     for module, expected in (
-        ("kv_validation.py", {"kv_validation", "html_report"}),
-        ("provenance.py", set()),
-        ("artifacts.py", set()),
+        ("kv/validation.py", {"kv_validation", "html_report"}),
+        ("core/provenance.py", set()),
+        ("core/artifacts.py", set()),
     ):
         original = (package / module).read_text()
         try:

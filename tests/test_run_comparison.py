@@ -8,9 +8,10 @@ import tarfile
 
 import pytest
 
-from infbench.level_names import level_case
-from infbench.run_archive import ArchiveError, pack, unpack
-from infbench.run_comparison import (
+from infbench.core.level_names import level_case
+from infbench.core.stats import ratio_of_means
+from infbench.runs.archive import ArchiveError, pack, unpack
+from infbench.runs.comparison import (
     FASTER,
     NO_DIFFERENCE,
     NO_INTERVAL,
@@ -20,8 +21,7 @@ from infbench.run_comparison import (
     gate,
     verdict,
 )
-from infbench.run_results import RunError, RunResults, load_run, run_provenance
-from infbench.stats import ratio_of_means
+from infbench.runs.results import RunError, RunResults, load_run, run_provenance
 
 
 def judged(candidate, baseline, better="higher", threshold=0.05):

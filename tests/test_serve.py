@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, snakemake, tiny_config, write_config
 
-from infbench.artifacts import read_json, validate
-from infbench.engine_settings import engine_env, vllm_engine_args
-from infbench.vllm_server import ServerError, VLLMServer, port_is_free
+from infbench.core.artifacts import read_json, validate
+from infbench.engines.settings import engine_env, vllm_engine_args
+from infbench.engines.vllm_server import ServerError, VLLMServer, port_is_free
 
 VLLM_FIELDS = (
     "duration",
@@ -319,7 +319,7 @@ def test_the_client_moves_off_the_engines_cores_where_there_are_others():
     if len(allowed) < 2:
         pytest.skip("needs two CPUs")
     probe = (
-        "import json, os, threading; from infbench.engine_settings import place_client; "
+        "import json, os, threading; from infbench.engines.settings import place_client; "
         "threading.Thread(target=threading.Event().wait, daemon=True).start(); "
         "placement = place_client({threads}, 'cpu'); "
         "tasks = [sorted(os.sched_getaffinity(int(t))) for t in os.listdir('/proc/self/task')]; "
@@ -345,8 +345,8 @@ def test_the_client_moves_off_the_engines_cores_where_there_are_others():
 def test_vllms_client_is_run_on_the_same_api_as_ours(tmp_path):
     """Chat workloads compare our chat client with vLLM's openai-chat backend, each sending the
     user turn for the server's template to wrap; completions keep the prompt as it is."""
-    from infbench.client_fidelity import vllm_bench_arguments, write_dataset
-    from infbench.load_client import LoadRequest
+    from infbench.serving.client import LoadRequest
+    from infbench.serving.client_fidelity import vllm_bench_arguments, write_dataset
 
     templated = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
     requests = [LoadRequest("r#0", templated, 12, 8, [{"role": "user", "content": "Hi there"}])]

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from infbench.metrics import RequestResult, aggregate, goodput, itl_from_token_times, tpot
-from infbench.stats import paired_ratio, percentile, ratio_of_means, summarize, t_975
+from infbench.core.metrics import RequestResult, aggregate, goodput, itl_from_token_times, tpot
+from infbench.core.stats import paired_ratio, percentile, ratio_of_means, summarize, t_975
 
 
 def test_t_quantiles_match_published_values():

@@ -1,6 +1,5 @@
 """The workflow as Snakemake sees it: lint, dry runs, config refusal, and a real tiny run."""
 
-import ast
 import json
 import os
 import re
@@ -8,7 +7,8 @@ from pathlib import Path
 
 from conftest import PIPELINE_RULES, REPO, dry_run_jobs, load_default_config, snakemake, tiny_config, write_config
 
-from infbench.artifacts import read_jsonl, validate
+from infbench.core.artifacts import read_jsonl, validate
+from infbench.core.code_inputs import number_code
 
 
 def test_lint_is_clean(tmp_path):
@@ -57,42 +57,33 @@ def test_tiny_model_through_model_and_workload(tmp_path, tiny_model):
     )
 
 
-# Modules that never change a number (workflow/rules/common.smk says why): no rule declares them.
-NOT_NUMBERS = {"__init__", "artifacts", "config", "errors", "hardware", "provenance", "rule_logging"}
-PACKAGE = REPO / "src" / "infbench"
+def test_code_inputs_follow_imports_and_leave_out_what_never_changes_a_number(tmp_path):
+    """A planted package: the derived inputs are every module reached by imports (inside
+    functions too, through `from a import b`), but not the modules that never change a number,
+    nor a package __init__ that holds only its docstring; nothing that is not imported."""
+    package = tmp_path / "infbench"
+    files = {
+        "__init__.py": '"""docstring only"""\n',
+        "core/__init__.py": '"""docstring only"""\n',
+        "core/provenance.py": "from infbench.core import hardware\n",
+        "core/hardware.py": "",
+        "core/stats.py": "",
+        "serving/__init__.py": "from infbench.serving.client import run\n",
+        "serving/client.py": "def run():\n    from infbench.core.stats import mean\n",
+        "serving/unused.py": "",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    script = tmp_path / "script.py"
+    script.write_text("from infbench.core import provenance\nfrom infbench import serving\n")
+    found = {path.relative_to(package).as_posix() for path in number_code(script, package)}
+    assert found == {"serving/__init__.py", "serving/client.py", "core/stats.py"}
 
 
-def module_file(module: str) -> Path:
-    """infbench.a.b -> src/infbench/a/b.py, or the package's __init__.py."""
-    path = PACKAGE.joinpath(*module.split(".")[1:])
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-
-
-def package_imports(path: Path, seen: set[Path] | None = None) -> set[Path]:
-    """Every file of the package that `path` imports, directly or through other package modules."""
-    seen = set() if seen is None else seen
-    for node in ast.walk(ast.parse(path.read_text())):
-        modules = []
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "infbench":
-            modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        for module in modules:
-            if module.split(".")[0] != "infbench":
-                continue
-            file = module_file(module)
-            if file.is_file() and file not in seen:
-                seen.add(file)
-                package_imports(file, seen)
-                if file.name != "__init__.py" and (file.parent / "__init__.py").is_file():
-                    seen.add(file.parent / "__init__.py")  # importing a.b runs a/__init__.py first
-    return seen
-
-
-def test_each_rule_declares_the_code_its_numbers_depend_on(tmp_path):
-    """A rule's declared package modules are exactly what its script imports from the package
-    (transitively), minus the modules that never change a number: a missing one would let a
-    code change go unnoticed, an extra one would rerun a measurement for nothing."""
+def test_each_rule_declares_the_code_its_script_imports(tmp_path):
+    """Every rule has a script named after it, and its declared package code is that script's
+    derived number code (no rule left on a hand-kept list)."""
     config = load_default_config()
     config["tuning"]["enabled"] = True
     config["prefix_caching"]["enabled"] = True
@@ -107,12 +98,5 @@ def test_each_rule_declares_the_code_its_numbers_depend_on(tmp_path):
         assert script.is_file(), f"rule {rule} has no script named after it"
         inputs = re.search(r"^    input: (.*)$", block, flags=re.M).group(1).split(", ")
         declared = {Path(os.path.normpath(tmp_path / path)) for path in inputs if "src/infbench/" in path}
-        expected = {
-            file
-            for file in package_imports(script)
-            if file.relative_to(PACKAGE).with_suffix("").as_posix() not in NOT_NUMBERS
-        }
-        assert declared == expected, (
-            f"rule {rule}: declared but not imported: {sorted(map(str, declared - expected))}; "
-            f"imported but not declared: {sorted(map(str, expected - declared))}"
-        )
+        assert declared == set(number_code(script)), rule
+        assert declared, f"rule {rule} declares no code"

@@ -6,7 +6,7 @@ import statistics
 import pytest
 from transformers import AutoTokenizer
 
-from infbench.workload import PRESETS, STUDY_API_PROMPT, build_workload, count_tokens, lognormal_lengths
+from infbench.workload.requests import PRESETS, STUDY_API_PROMPT, build_workload, count_tokens, lognormal_lengths
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from infbench.config import ConfigError, validate_config
-from infbench.workload_sources import WorkloadError, checksum, read_rows
+from infbench.core.config import ConfigError, validate_config
+from infbench.workload.sources import WorkloadError, checksum, read_rows
 
 PROMPTS = ["What is a KV cache?", "Name three rivers in Europe.", "Explain paging, briefly."]
 OUTPUTS = [12, 7, 30]
@@ -160,7 +160,7 @@ def dataset_workload(path: Path, api: str = "completions", **dataset) -> dict:
 
 
 def test_a_seeded_sample_that_fits_the_engine_with_what_was_dropped(tmp_path, tokenizer):
-    from infbench.workload import build_workload, count_tokens
+    from infbench.workload.requests import build_workload, count_tokens
 
     rng = random.Random(1)
     words = "cache page block token request memory server model".split()
@@ -185,7 +185,7 @@ def test_a_seeded_sample_that_fits_the_engine_with_what_was_dropped(tmp_path, to
 
 
 def test_sharegpt_output_lengths_are_the_replies_token_counts(tmp_path, tokenizer):
-    from infbench.workload import build_workload
+    from infbench.workload.requests import build_workload
 
     reply = "Paging splits memory into fixed-size blocks so that no request needs one contiguous region."
     path = tmp_path / "sharegpt.json"
@@ -196,7 +196,7 @@ def test_sharegpt_output_lengths_are_the_replies_token_counts(tmp_path, tokenize
 
 
 def test_chat_prompts_are_the_template_around_the_user_turn(tmp_path, tokenizer):
-    from infbench.workload import build_workload, prompt_token_ids
+    from infbench.workload.requests import build_workload, prompt_token_ids
 
     path = tmp_path / "p.csv"
     pd.DataFrame({"prompt": PROMPTS}).to_csv(path, index=False)

@@ -5,8 +5,10 @@
 import os
 from pathlib import Path
 
-from infbench.config import ConfigError, canonical, resolve_path, validate_config
-from infbench.hardware import resolve_dtype
+from infbench import stages
+from infbench.core import code_inputs
+from infbench.core.config import ConfigError, canonical, resolve_path, validate_config
+from infbench.core.hardware import resolve_dtype
 
 try:
     validate_config(
@@ -27,11 +29,6 @@ MODELS = {model["name"]: model for model in config["models"]}
 SOFTWARE_ENV = "../../envs/cuda.yaml" if config["hardware"]["device"] == "cuda" else "../../envs/cpu.yaml"
 GPUS = 1 if config["hardware"]["device"] == "cuda" else 0
 ROUNDS = config["benchmark"]["rounds"]
-# server.external: the serve stage and the SLO capacity search measure the user's endpoint. The
-# stages that start their own server of the local model (client fidelity, tuning, prefix caching,
-# the live paging study) or predict its KV cache from this config's engine (the KV check) would
-# not describe that endpoint, so they do not run.
-EXTERNAL = config["server"]["external"] is not None
 # How many offline jobs run, and the threshold the comparison applies, do not change what one
 # job measures: the measuring rules get the benchmark settings without them, so that changing
 # either reruns no measurement.
@@ -48,16 +45,18 @@ def repository_file(*parts):
     return os.path.relpath(Path(workflow.basedir, *parts), Path.cwd())
 
 
-# The package modules each step declares as inputs, so that changing them reruns it, are exactly
-# the modules that compute, select or time the rule's numbers, and everything they import
-# from the package. Not declared anywhere, because they never change a number: how
-# artifacts are validated and written (artifacts.py, schemas/), provenance (provenance.py,
-# hardware.py's probes; the dtype the workflow resolves is a param), errors and logging
-# (errors.py, rule_logging.py) and config checks (config.py). A change to those modules
-# reruns nothing; rerun with --forcerun where an old artifact must gain a new field.
-# tests/test_workflow.py checks each rule's list against its script's imports.
-def package_modules(*names):
-    return [repository_file("src", "infbench", f"{name}.py") for name in names]
+def script_code(name):
+    """The package files the numbers of scripts/{name}.py depend on: its imports, derived
+    (infbench.core.code_inputs says which modules never change a number and are left out)."""
+    return [
+        repository_file(os.path.relpath(path, workflow.basedir))
+        for path in code_inputs.script_code(str(Path(workflow.basedir, "scripts", f"{name}.py")))
+    ]
+
+
+def category(section):
+    """A report section's category in `snakemake --report`, as the HTML page numbers it."""
+    return stages.SECTION[section].category
 
 
 def workload_dataset():
@@ -112,57 +111,38 @@ def stage_config(wildcards, *sections):
     return record
 
 
-def model_artifacts(name):
-    """{stage: path} of the artifacts the configured stages produce for one model: the one
-    list that rule `all`, the report rule and its script read."""
-    stages = {
-        "model": rules.model.output[0],
-        "workload": rules.workload.output.requests,
-        "workload_summary": rules.workload.output.summary,
+def stage_rule(stage):
+    return getattr(rules, stage.name)
+
+
+def stage_artifacts(stage, name):
+    """{artifact: path} of one stage for one model."""
+    outputs = stage_rule(stage).output
+    return {
+        artifact: expand(outputs[key] if isinstance(key, int) else getattr(outputs, key), model=name)[0]
+        for artifact, key in stage.outputs.items()
     }
-    if config["hf_baseline"]["enabled"]:
-        stages["hf_baseline"] = rules.hf_baseline.output[0]
-    if config["vllm_offline"]["enabled"]:
-        stages["vllm_offline"] = rules.vllm_offline.output[0]
-        stages["allocator"] = rules.allocator.output[0]
-    if config["hf_baseline"]["enabled"] and config["vllm_offline"]["enabled"]:
-        stages["comparison"] = rules.compare_offline.output[0]
-    if config["server"]["enabled"]:
-        stages["server"] = rules.serve.output.server
-        stages["load"] = rules.serve.output.load
-        if not EXTERNAL:
-            stages["kv_validation"] = rules.kv_validation.output[0]
-    if config["client_fidelity"]["enabled"] and not EXTERNAL:
-        stages["client_fidelity"] = rules.client_fidelity.output[0]
-    if config["tuning"]["enabled"] and not EXTERNAL:
-        stages["tuning"] = rules.tuning.output[0]
-    if config["prefix_caching"]["enabled"] and not EXTERNAL:
-        stages["prefix_caching"] = rules.prefix_caching.output[0]
-    if config["capacity"]["enabled"] and config["server"]["enabled"]:
-        stages["slo_capacity"] = rules.slo_capacity.output[0]
-    if config["paging_live"]["enabled"] and not EXTERNAL:
-        stages["paging_live"] = rules.paging_live.output[0]
-    if utilisation_inputs(name):
-        stages["utilisation"] = rules.utilisation.output[0]
-    return {stage: expand(path, model=name)[0] for stage, path in stages.items()}
+
+
+def model_artifacts(name):
+    """{artifact: path} of the artifacts the configured stages produce for one model, from the
+    stage registry (infbench/stages.py): the one list that rule `all`, the report rule and its
+    script read."""
+    return {
+        artifact: path
+        for stage in stages.running_stages(config)
+        for artifact, path in stage_artifacts(stage, name).items()
+    }
 
 
 def utilisation_inputs(wildcards):
-    """The artifacts whose decode figures MBU is computed for: the offline engines, and the load
-    sweep of this pipeline's server (an external endpoint runs on another machine)."""
-    name = wildcards if isinstance(wildcards, str) else wildcards.model
-    inputs = {}
-    if config["hf_baseline"]["enabled"]:
-        inputs["hf_baseline"] = rules.hf_baseline.output[0]
-    if config["vllm_offline"]["enabled"]:
-        inputs["vllm_offline"] = rules.vllm_offline.output[0]
-    if config["server"]["enabled"] and not EXTERNAL:
-        inputs["load"] = rules.serve.output.load
-    return {key: expand(path, model=name)[0] for key, path in inputs.items()}
+    """The artifacts whose decode figures MBU is computed for (stages.utilisation_inputs)."""
+    artifacts = model_artifacts(wildcards.model)
+    return {name: artifacts[name] for name in stages.utilisation_inputs(config)}
 
 
 def all_model_artifacts():
-    """{model: {stage: path}} for every configured model, in config order."""
+    """{model: {artifact: path}} for every configured model, in config order."""
     return {name: model_artifacts(name) for name in MODELS}
 
 
@@ -172,18 +152,9 @@ def artifact_paths():
 
 
 def run_time_records():
-    """Snakemake's benchmark files of the measuring rules, shown in the report's provenance."""
-    measuring = [
-        (config["hf_baseline"]["enabled"], rules.hf_baseline),
-        (config["vllm_offline"]["enabled"], rules.vllm_offline),
-        (config["server"]["enabled"], rules.serve),
-        (config["client_fidelity"]["enabled"] and not EXTERNAL, rules.client_fidelity),
-        (config["tuning"]["enabled"] and not EXTERNAL, rules.tuning),
-        (config["prefix_caching"]["enabled"] and not EXTERNAL, rules.prefix_caching),
-        (config["capacity"]["enabled"] and config["server"]["enabled"], rules.slo_capacity),
-        (config["paging_live"]["enabled"] and not EXTERNAL, rules.paging_live),
-    ]
-    return [expand(measured.benchmark, model=name)[0] for name in MODELS for enabled, measured in measuring if enabled]
+    """Snakemake's benchmark files of the measuring stages, shown in the report's provenance."""
+    measured = [stage for stage in stages.running_stages(config) if stage.measured]
+    return [expand(stage_rule(stage).benchmark, model=name)[0] for name in MODELS for stage in measured]
 
 
 def final_outputs():

@@ -4,7 +4,7 @@ rule download_model:
     output:
         directory("resources/downloads/{model}"),
     input:
-        code=package_modules("model_download", "models"),
+        code=script_code("download_model"),
     params:
         spec=model_spec,
     retries: 2
@@ -24,7 +24,7 @@ rule model:
         directory("resources/models/{model}"),
     input:
         download=model_download,
-        code=package_modules("models"),
+        code=script_code("model"),
     params:
         spec=model_spec,
     resources:

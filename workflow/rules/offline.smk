@@ -9,23 +9,14 @@ rule hf_baseline:
     output:
         report(
             "results/{model}/hf_baseline.json",
-            category="1-2 Offline baselines",
+            category=category("offline"),
             subcategory="{model}",
             caption="../../report/captions/offline.rst",
         ),
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
-        code=package_modules(
-            "engine_report",
-            "engine_settings",
-            "hf_runner",
-            "metrics",
-            "offline_scenarios",
-            "stats",
-            "workload",
-            "workload_sources",
-        ),
+        code=script_code("hf_baseline"),
         after=lambda wildcards: interleaved_after("hf", wildcards),
     params:
         device=config["hardware"]["device"],
@@ -55,23 +46,14 @@ rule vllm_offline:
     output:
         report(
             "results/{model}/vllm_offline.json",
-            category="1-2 Offline baselines",
+            category=category("offline"),
             subcategory="{model}",
             caption="../../report/captions/offline.rst",
         ),
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
-        code=package_modules(
-            "engine_report",
-            "engine_settings",
-            "vllm_runner",
-            "metrics",
-            "offline_scenarios",
-            "stats",
-            "workload",
-            "workload_sources",
-        ),
+        code=script_code("vllm_offline"),
         after=lambda wildcards: interleaved_after("vllm", wildcards),
     params:
         device=config["hardware"]["device"],
@@ -115,12 +97,12 @@ use rule vllm_offline as vllm_offline_round with:
         "benchmarks/{model}/vllm_offline_round{round}.tsv"
 
 
-rule compare_offline:
+rule offline_comparison:
     """vLLM / HF ratios with confidence intervals, greedy agreement, and the study's figures."""
     output:
         report(
             "results/{model}/comparison.json",
-            category="1-2 Offline baselines",
+            category=category("offline"),
             subcategory="{model}",
             caption="../../report/captions/comparison.rst",
         ),
@@ -129,20 +111,7 @@ rule compare_offline:
         vllm=offline_rounds("vllm"),
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
-        code=package_modules(
-            "checks",
-            "engine_report",
-            "engine_settings",
-            "hf_runner",
-            "metrics",
-            "offline_comparison",
-            "offline_scenarios",
-            "same_model_check",
-            "stats",
-            "study_figures",
-            "workload",
-            "workload_sources",
-        ),
+        code=script_code("offline_comparison"),
     params:
         agreement_threshold=config["benchmark"]["agreement_threshold"],
         device=config["hardware"]["device"],
@@ -155,6 +124,6 @@ rule compare_offline:
     conda:
         SOFTWARE_ENV
     log:
-        "logs/compare_offline/{model}.log",
+        "logs/offline_comparison/{model}.log",
     script:
-        "../../scripts/compare_offline.py"
+        "../../scripts/offline_comparison.py"

@@ -11,17 +11,7 @@ rule html_report:
         run_times=run_time_records(),
         template=repository_file("report", "report.html.j2"),
         style=repository_file("report", "style.css"),
-        code=package_modules(
-            "checks",
-            "html_report/__init__",
-            "html_report/capacity",
-            "html_report/checks",
-            "html_report/figures",
-            "html_report/render",
-            "html_report/sections",
-            "html_report/tables",
-            "study_figures",
-        ),
+        code=script_code("html_report"),
     params:
         artifacts=all_model_artifacts(),
         config=config,

@@ -3,7 +3,7 @@ rule machine:
     output:
         "results/machine.json",
     input:
-        code=package_modules("engine_settings", "machine_bandwidth"),
+        code=script_code("machine"),
     params:
         device=config["hardware"]["device"],
         threads=config["hardware"]["threads"],
@@ -28,7 +28,7 @@ rule utilisation:
     output:
         report(
             "results/{model}/utilisation.json",
-            category="6 Utilisation",
+            category=category("utilisation"),
             subcategory="{model}",
             caption="../../report/captions/utilisation.rst",
         ),
@@ -36,7 +36,7 @@ rule utilisation:
         unpack(utilisation_inputs),
         machine=rules.machine.output[0],
         model=rules.model.output[0],
-        code=package_modules("level_names", "models", "utilisation"),
+        code=script_code("utilisation"),
     params:
         dtype=DTYPE,
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware"),

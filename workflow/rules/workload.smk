@@ -6,7 +6,7 @@ rule workload:
     input:
         model=rules.model.output[0],
         dataset=workload_dataset(),
-        code=package_modules("workload", "workload_sources"),
+        code=script_code("workload"),
     params:
         workload=config["workload"],
         max_model_len=config["engine"]["max_model_len"],

@@ -1,0 +1,43 @@
+"""Rule `offline_comparison`: vLLM / HF ratios, like-for-like checks, same-model check, study
+figures -> comparison.json."""
+
+from infbench.core.artifacts import read_json, read_jsonl, write_json
+from infbench.core.rule_logging import rule_logging
+from infbench.engines.settings import pin_process
+from infbench.offline.comparison import compare
+
+
+def main(snakemake):
+    params = snakemake.params
+    pin_process(params.threads, params.device)  # before torch creates its thread pool
+
+    from infbench.offline.same_weights import gaps_under_hf
+
+    hf_rounds = [read_json(path) for path in snakemake.input.hf]
+    vllm_rounds = [read_json(path) for path in snakemake.input.vllm]
+    gaps = gaps_under_hf(
+        str(snakemake.input.model),
+        params.dtype,
+        params.device,
+        read_jsonl(snakemake.input.workload),
+        vllm_rounds[0]["greedy_outputs"],
+    )
+    comparison = compare(
+        hf_rounds,
+        vllm_rounds,
+        gaps,
+        agreement_threshold=params.agreement_threshold,
+        device=params.device,
+        dtype=params.dtype,
+    )
+    write_json(snakemake.output[0], comparison, schema_name="comparison")
+    for ratio in comparison["ratios"]:
+        print(f"{ratio['vllm_scenario']} / {ratio['hf_scenario']}: {ratio['output_throughput']}")
+    for item in comparison["checks"]:
+        print(f"{item['status']}: {item['name']}: {item['detail']}")
+    print(comparison["agreement"]["note"])
+
+
+if __name__ == "__main__":
+    with rule_logging(snakemake.log[0]):
+        main(snakemake)

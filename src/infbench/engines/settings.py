@@ -1,0 +1,109 @@
+"""Engine settings derived from the config, identical for every engine that is measured:
+the same cores, the same thread count, the same dtype."""
+
+from __future__ import annotations
+
+import os
+
+from infbench.core.errors import UserError
+
+GIB = 1 << 30
+
+
+def bound_cpus(threads: int) -> list[int]:
+    """The first `threads` CPUs this process may use; every engine is pinned to these."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if threads > len(allowed):
+        raise UserError(
+            f"hardware.threads = {threads} but only {len(allowed)} CPUs are available here; "
+            f"set hardware.threads to at most {len(allowed)} in config/config.yaml"
+        )
+    return allowed[:threads]
+
+
+def cpu_list(cpus: list[int]) -> str:
+    return ",".join(map(str, cpus))
+
+
+def engine_env(threads: int, device: str) -> dict:
+    """Environment for an engine process: thread counts, and on CPU the cores vLLM binds its
+    OpenMP threads to (its default `auto` may reserve a core, giving vLLM fewer threads than HF)."""
+    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if device == "cpu":
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(bound_cpus(threads))
+    return env
+
+
+def pin_process(threads: int, device: str) -> list[int]:
+    """Pin this process (and what it spawns) to the benchmark CPUs and set the thread counts.
+    Must run before torch creates its thread pool."""
+    cpus = bound_cpus(threads)
+    os.environ.update(engine_env(threads, device))
+    if device == "cpu" and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+def kv_cache_bytes(kv_cache_gib: float) -> int:
+    return int(kv_cache_gib * GIB)
+
+
+def vllm_engine_args(model_dir: str, dtype: str, engine: dict, seed: int, device: str) -> dict:
+    """Keyword arguments for vllm.LLM (and, as flags, for the server)."""
+    args = {
+        "model": str(model_dir),
+        "dtype": dtype,
+        "max_model_len": engine["max_model_len"],
+        "kv_cache_memory_bytes": kv_cache_bytes(engine["kv_cache_gib"]),
+        "block_size": engine["block_size"],
+        "enable_prefix_caching": engine["enable_prefix_caching"],
+        "seed": seed,
+        "disable_log_stats": False,
+    }
+    if engine.get("max_num_seqs"):
+        args["max_num_seqs"] = engine["max_num_seqs"]
+    if device == "cpu":
+        # CUDA graphs and torch.compile do not apply on CPU; eager mode as in the study.
+        args["enforce_eager"] = True
+    return args
+
+
+def place_client(threads: int, device: str) -> dict:
+    """Keep a load client (this process, every thread) off the cores the engine's OpenMP threads
+    are bound to, where the machine has others; call after the server has started, so that it
+    does not inherit the restriction. Returns where each side runs, for the artifact."""
+    allowed = set(os.sched_getaffinity(0))
+    engine = set(bound_cpus(threads)) if device == "cpu" else set()
+    free = allowed - engine
+    if free:
+        for task in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(task), free)
+            except OSError:  # the thread ended meanwhile
+                continue
+    client = free or allowed
+    shares = bool(engine & client)
+    if device != "cpu":
+        note = "the engine computes on the GPU; the client may run on every CPU"
+    elif shares:
+        note = (
+            f"this machine has no CPU besides the engine's {len(engine)}: the client shares them, so its own "
+            "CPU time is taken from the engine (see each level's client_cpu check)"
+        )
+    else:
+        note = "the client runs on CPUs the engine's threads are not bound to"
+    return {
+        "engine_cpus": sorted(engine),
+        "client_cpus": sorted(client),
+        "client_shares_engine_cores": shares,
+        "note": note,
+    }
+
+
+# vLLM 0.32's default cap on running requests for its OpenAI server where the config sets none
+# (EngineArgs: 128 on CPU; on GPUs it depends on the device's memory, so it is not assumed).
+SERVER_DEFAULT_MAX_NUM_SEQS = {"cpu": 128}
+
+
+def server_max_num_seqs(engine: dict, device: str) -> int | None:
+    return engine.get("max_num_seqs") or SERVER_DEFAULT_MAX_NUM_SEQS.get(device)

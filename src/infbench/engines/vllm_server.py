@@ -1,0 +1,247 @@
+"""The OpenAI-compatible vLLM server's life cycle, owned by one rule from start to stop.
+
+The server runs in its own session (process group) so it can be stopped as a whole: TERM,
+then KILL after a grace period. It is stopped on success, on failure, on timeout and when
+the rule is interrupted (SIGINT or SIGTERM become exceptions that unwind through `stop`).
+It also gets SIGTERM from the kernel if the rule's process dies without unwinding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from infbench.core.errors import UserError
+
+PR_SET_PDEATHSIG = 1
+
+
+class ServerError(UserError):
+    """The server did not start or died; the message carries the fix and its log's tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a server could listen on the port now. SO_REUSEADDR, as servers set it:
+    connections in TIME_WAIT do not block a new listener, another listener does."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def server_command(engine_args: dict, host: str, port: int, served_name: str, extra: dict | None = None) -> list[str]:
+    """vllm.LLM keyword arguments as the server's command-line flags."""
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name,
+    ]
+    for key, value in {**engine_args, **(extra or {})}.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "disable_log_stats":
+            continue  # the server logs stats and serves /metrics by default
+        if isinstance(value, bool):
+            command.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            command += [flag, str(value)]
+    return command
+
+
+def _die_with_parent():
+    """In the child: start a new session, and get SIGTERM if the parent dies."""
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def raise_on_sigterm() -> None:
+    """SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C, so `finally` blocks run."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class VLLMServer:
+    metrics = True  # vLLM publishes /metrics
+
+    def __init__(
+        self,
+        engine_args: dict,
+        served_name: str,
+        log_path: str | Path,
+        env: dict | None = None,
+        startup_timeout_s: float = 300,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        extra_args: dict | None = None,
+    ):
+        self.host = host
+        self.port = port or free_port(host)
+        self.served_name = served_name
+        # The key clients must send, where the server is started with one (the pipeline's own needs none).
+        self.api_key = (extra_args or {}).get("api_key")
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(log_path)
+        self.command = server_command(engine_args, host, self.port, served_name, extra_args)
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def start(self) -> VLLMServer:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process and return at once (wait_ready waits for it)."""
+        if not port_is_free(self.port, self.host):
+            raise ServerError(
+                f"port {self.port} on {self.host} is already in use; stop what holds it "
+                f"(e.g. `ss -ltnp | grep :{self.port}`) or let the pipeline pick a free port"
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "w")
+        started = time.perf_counter()
+        self.process = subprocess.Popen(
+            self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=_die_with_parent
+        )
+        log.close()
+        self._launched = started
+
+    def wait_ready(self) -> VLLMServer:
+        try:
+            self._wait_ready(self._launched)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.perf_counter() - self._launched
+        return self
+
+    def _wait_ready(self, started: float) -> None:
+        """Ready when /health answers 200 and /v1/models lists the served name."""
+        deadline = started + self.startup_timeout_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        with httpx.Client(base_url=self.base_url, timeout=2.0, headers=headers) as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise ServerError(
+                        f"the vLLM server exited with code {self.process.returncode} while starting; "
+                        f"its log ({self.log_path}) ends with:\n{self.log_tail()}"
+                    )
+                try:
+                    if client.get("/health").status_code == 200:
+                        models = client.get("/v1/models").json()
+                        if any(m.get("id") == self.served_name for m in models.get("data", [])):
+                            return
+                except (httpx.HTTPError, ValueError):
+                    pass
+                if time.perf_counter() > deadline:
+                    raise ServerError(
+                        f"the vLLM server was not ready after {self.startup_timeout_s:.0f} s; "
+                        f"raise server.startup_timeout_s or see {self.log_path}:\n{self.log_tail()}"
+                    )
+                time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """TERM the whole process group, KILL what is left after `grace_s`, reap the leader."""
+        if self.process is None:
+            return
+        pgid = self.process.pid  # the child called setsid: its pid is its group id
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and _group_alive(pgid):
+                try:
+                    self.process.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+            if not _group_alive(pgid):
+                break
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def started_together(servers: list[VLLMServer]):
+    """Several servers launched at once and awaited together (their start-ups overlap, most of
+    it importing vLLM), all stopped on leaving, or as soon as one fails to start."""
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A group whose members are all zombies still "exists"; check for a live member.
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

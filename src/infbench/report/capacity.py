@@ -1,0 +1,216 @@
+"""The report's capacity sections: SLO capacity with its probes and binding limit, the study's
+4.8x on vLLM itself, and model bandwidth utilisation."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from infbench.report.figures import figure
+
+LIMITS = {
+    "kv_memory": "KV memory (requests waited for blocks or were preempted)",
+    "max_num_seqs": "the engine's max_num_seqs",
+    "scheduler": "the scheduler's token budget (requests waited with KV memory free)",
+    "compute": "compute (latency rose with KV memory free, nothing waited)",
+    "unknown": "unknown (the endpoint publishes no /metrics)",
+}
+
+
+def load_text(mode: str, load) -> str:
+    if load is None:
+        return "none"
+    return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
+
+
+def capacity_text(mode: str, search: dict) -> str:
+    """The capacity, told apart where the search's ceiling itself met the SLO: for concurrency a
+    lower bound (capacity.max_concurrency), for rate the server's throughput (no faster rate was
+    probed: it is past the most requests per second the server completed)."""
+    text = load_text(mode, search["capacity"])
+    if search["capacity"] is None or search["first_failing"] is not None:
+        return text
+    if mode == "concurrency":
+        return f"at least {text} (capacity.max_concurrency met the SLO)"
+    return f"{text} (the most requests per second a closed-loop probe completed, and it met the SLO)"
+
+
+def probe_text(mode: str, probe: dict | None) -> str:
+    """A probe as `c=8: 94 % [83, 98] within the SLO`."""
+    if probe is None:
+        return "none"
+    low, high = probe["attainment_ci95"]
+    return (
+        f"{load_text(mode, probe['load'])}: {probe['attainment'] * 100:.0f} % "
+        f"[{low * 100:.0f}, {high * 100:.0f}] within the SLO"
+    )
+
+
+def search_rows(capacity: dict) -> list[dict]:
+    rows = []
+    for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):
+        search = capacity.get(mode)
+        if not search:
+            continue
+        probes = {p["load"]: p for p in search["probes"]}
+        served = search["at_capacity"]
+        throughput = served["output_throughput"] if served else None
+        rows.append(
+            {
+                "search": name,
+                "SLO capacity": capacity_text(mode, search),
+                "last passing probe": probe_text(mode, probes.get(search["capacity"])),
+                "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
+                "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
+                "probes": len(search["probes"]),
+                "converged": "yes" if search["converged"] else "no: raise capacity.max_probes",
+                "binding limit": LIMITS[search["binding"]["limit"]],
+            }
+        )
+    return rows
+
+
+def probe_table(capacity: dict) -> pd.DataFrame:
+    rows = []
+    for mode in ("concurrency", "request_rate"):
+        for probe in (capacity.get(mode) or {}).get("probes", []):
+            low, high = probe["attainment_ci95"]
+            rows.append(
+                {
+                    "probe": load_text(mode, probe["load"]),
+                    "met": "yes" if probe["met"] else "no",
+                    "within SLO %": 100 * probe["attainment"],
+                    "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
+                    "passes": probe["passes"],
+                    "output tok/s": probe["output_throughput"]["mean"],
+                    "p99 TTFT ms": probe["p99_ttft_ms"],
+                    "p99 TPOT ms": probe["p99_tpot_ms"],
+                    "peak running": probe["peak_num_requests_running"],
+                    "peak waiting": probe["peak_num_requests_waiting"],
+                    "preemptions": probe["preemptions"],
+                    "saturated": "yes" if probe["saturated"] else "",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def capacity_section(capacity: dict | None) -> dict | None:
+    if not capacity:
+        return None
+    slo = capacity["slo_ms"]
+    target = capacity["attainment_target"]
+    points = []
+    for mode in ("concurrency", "request_rate"):
+        for probe in (capacity.get(mode) or {}).get("probes", []):
+            for metric, limit in slo.items():
+                value = probe["at_target_percentile_ms"][metric]
+                if value is not None:
+                    points.append(
+                        {
+                            "search": mode.replace("_", " "),
+                            "latency": f"p{100 * target:g} {metric.upper()}",
+                            "load": probe["load"],
+                            "output tok/s": probe["output_throughput"]["mean"],
+                            "latency / SLO": value / limit,
+                            "met": probe["met"],
+                        }
+                    )
+    frame = pd.DataFrame(points)
+    figures = []
+    if not frame.empty:
+
+        def draw(ax):
+            markers = {"concurrency": "o", "request rate": "s"}
+            for (search, latency), group in frame.groupby(["search", "latency"]):
+                group = group.sort_values("load")
+                label = f"{latency}, {search}"
+                ax.plot(group["output tok/s"], group["latency / SLO"], marker=markers[search], label=label)
+            ax.axhline(1.0, color="#d9534f", lw=1.2, ls="--")
+            ax.text(ax.get_xlim()[0], 1.02, " SLO", color="#d9534f", fontsize=8, va="bottom")
+            ax.set_yscale("log")
+            ax.set_xlabel("output tokens per second (mean over a probe's passes)")
+            ax.set_ylabel(f"p{100 * target:g} latency / its SLO")
+            ax.legend(fontsize=7, frameon=False)
+
+        figures.append(
+            figure(
+                "Throughput against latency, every probe, with the SLO",
+                draw,
+                frame,
+                f"Each point a probe, joined in order of load. A probe passes when at least {100 * target:g} % of its "
+                f"requests meet every SLO: for one SLO alone, exactly when its p{100 * target:g} is under the dashed "
+                "line.",
+            )
+        )
+    predicted = capacity["predicted_kv_concurrency"]
+    binding = capacity["concurrency"]["binding"]
+    at_binding = next(p for p in capacity["concurrency"]["probes"] if p["load"] == binding["at"])
+    return {
+        "summary": pd.DataFrame(search_rows(capacity)),
+        "probes": probe_table(capacity),
+        "figures": figures,
+        "slo_ms": slo,
+        "target": capacity["attainment_target"],
+        "predicted": predicted,
+        "measured_kv_limit": at_binding["peak_num_requests_running"] if binding["limit"] == "kv_memory" else None,
+        "binding": binding,
+        "cost": capacity["cost"],
+        "endpoint": capacity["endpoint"],
+        "rate_searched": "request_rate" in capacity,
+    }
+
+
+def paging_section(paging: dict | None) -> dict | None:
+    if not paging:
+        return None
+    study = paging["study"]
+    rows = []
+    for server, study_users in zip(paging["servers"], (study["contiguous_users"], study["paged_users"])):
+        simulator, live = server["simulator"], server["vllm"]
+        rows.append(
+            {
+                "server": f"{server['name']} (blocks of {server['block_size']})",
+                "pool blocks (lent)": f"{server['kv']['num_blocks']} ({simulator['usable_blocks']})",
+                "study's arithmetic": study_users,
+                "simulator: fit at peak": simulator["users_at_peak_footprint"],
+                "simulator: replay peak running": simulator["replay_peak_running"],
+                "vLLM peak running": int(live["peak_num_requests_running"]),
+                "vLLM peak waiting": int(live["peak_num_requests_waiting"]),
+                "preemptions vLLM / replay": f"{live['preemptions']:.0f} / {simulator['replay_preemptions']}",
+                "checks": ", ".join(f"{c['name']} {c['status']}" for c in server["checks"]),
+            }
+        )
+    contiguous, paged = paging["servers"]
+    return {
+        "table": pd.DataFrame(rows, dtype=object),
+        "study": study,
+        "settings": paging["settings"],
+        "live_ratio": paging["live_ratio"],
+        "simulator_ratio": paged["simulator"]["replay_peak_running"] / contiguous["simulator"]["replay_peak_running"],
+        "contiguous": contiguous,
+        "paged": paged,
+    }
+
+
+def utilisation_section(utilisation: dict | None) -> dict | None:
+    if not utilisation:
+        return None
+    rows = [
+        {
+            "stage": row["stage"].replace("_", " "),
+            "case": row["case"],
+            "MBU %": 100 * row["mbu"],
+            "GB/s read": row["bytes_per_s"] / 1e9,
+            "running (tok/s x TPOT)": row["running"],
+            "mean KV tokens": row["kv_tokens"],
+            "weights share %": 100 * row["weights_share"],
+        }
+        for row in utilisation["rows"]
+    ]
+    return {
+        "table": pd.DataFrame(rows),
+        "bandwidth_gb_s": utilisation["bandwidth_bytes_per_s"] / 1e9,
+        "method": utilisation["bandwidth_method"],
+        "formula": utilisation["formula"],
+        "weights_gb": utilisation["weight_bytes"] / 1e9,
+        "dtype": utilisation["dtype"],
+    }

@@ -1,0 +1,108 @@
+"""The validity checks a reader must see before the numbers, gathered from every artifact,
+worst first."""
+
+from __future__ import annotations
+
+from infbench.core.checks import STATUS_RANK
+from infbench.report.capacity import capacity_text, load_text
+from infbench.report.sections import level_label
+
+
+def collect_checks(model: str, artifacts: dict) -> list[dict]:
+    """Every pass/warn/fail a reader should see first, worst first."""
+    checks = []
+    for level in (artifacts.get("load") or {}).get("levels", []):
+        for item in level["checks"]:
+            checks.append({"model": model, "stage": f"load {level_label(level)}", **item})
+    fidelity = artifacts.get("client_fidelity")
+    if fidelity:
+        checks += [{"model": model, "stage": "client fidelity", **item} for item in fidelity["checks"]]
+    prefix = artifacts.get("prefix_caching")
+    if prefix:
+        checks += [{"model": model, "stage": "prefix caching", **item} for item in prefix["checks"]]
+    allocator = artifacts.get("allocator")
+    if allocator:
+        pool = allocator["pool_sizing_check"]
+        checks.append(
+            {
+                "model": model,
+                "stage": "allocator",
+                "name": "vLLM's pool-sizing formula reproduced",
+                "status": pool["status"],
+                "value": pool["predicted"]["num_blocks"],
+                "detail": f"{pool['formula']} gives {pool['predicted']['num_blocks']} blocks, vLLM allocated "
+                f"{pool['vllm']['num_blocks']}: confirms {pool['confirms']}",
+            }
+        )
+        checks.append(
+            {
+                "model": model,
+                "stage": "allocator",
+                "name": "study table reproduced",
+                "status": "pass" if allocator["study"]["matches_study"] else "fail",
+                "value": None,
+                "detail": "parts 3 and 4 of the study recomputed exactly",
+            }
+        )
+    live = artifacts.get("kv_validation")
+    if live:
+        checks.append(
+            {
+                "model": model,
+                "stage": "kv validation",
+                "name": "scraped KV blocks within the simulator's band",
+                "status": live["status"],
+                "value": live.get("max_outside_share"),
+                "detail": live["detail"],
+            }
+        )
+    paging = artifacts.get("paging_live")
+    for server in (paging or {}).get("servers", []):
+        checks += [
+            {"model": model, "stage": "paging live", **item, "name": f"{server['name']}: {item['name']}", "value": None}
+            for item in server["checks"]
+        ]
+    capacity = artifacts.get("slo_capacity")
+    for mode in ("concurrency", "request_rate"):
+        search = (capacity or {}).get(mode)
+        if search:
+            checks.append(
+                {
+                    "model": model,
+                    "stage": "slo capacity",
+                    "name": f"{mode.replace('_', ' ')} search converged",
+                    "status": "pass" if search["converged"] else "warn",
+                    "value": search["capacity"],
+                    "detail": f"{len(search['probes'])} probes; capacity {capacity_text(mode, search)}, first failing "
+                    f"{load_text(mode, search['first_failing'])}"
+                    + ("" if search["converged"] else ": the bracket is still wide, raise capacity.max_probes"),
+                }
+            )
+    comparison = artifacts.get("comparison")
+    if comparison:
+        checks += [{"model": model, "stage": "offline", **item} for item in comparison["checks"]]
+        agreement = comparison["agreement"]
+        checks.append(
+            {
+                "model": model,
+                "stage": "offline",
+                "name": "HF and vLLM run the same weights",
+                "status": "fail" if agreement["flagged"] else "pass",
+                "value": agreement.get("consistency"),
+                "detail": agreement["note"],
+            }
+        )
+    for name in ("hf_baseline", "vllm_offline"):
+        artifact = artifacts.get(name)
+        if artifact and artifact["provenance"]["git"].get("dirty"):
+            checks.append(
+                {
+                    "model": model,
+                    "stage": name,
+                    "name": "code version recorded",
+                    "status": "warn",
+                    "value": artifact["provenance"]["git"]["commit"],
+                    "detail": "measured with uncommitted changes in the working tree",
+                }
+            )
+    return sorted(checks, key=lambda c: STATUS_RANK.get(c["status"], 9))

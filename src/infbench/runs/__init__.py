@@ -1,0 +1,1 @@
+"""Finished runs read back, archived and compared figure by figure, with a regression gate."""

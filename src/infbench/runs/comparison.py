@@ -1,0 +1,327 @@
+"""Two or more runs compared figure by figure: candidate / baseline with a 95 % interval from each
+run's repeats, and a verdict that knows the noise and a threshold; what differs between the runs,
+read from their provenance; and a gate that fails when a chosen figure regresses."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+
+from infbench.core.errors import UserError
+from infbench.core.level_names import level_case
+from infbench.core.stats import ratio_of_means, summarize
+from infbench.runs.results import RunResults
+
+FASTER, SLOWER, NO_DIFFERENCE, NO_INTERVAL = "faster", "slower", "no difference detected", "no interval"
+VERDICTS = (SLOWER, FASTER, NO_DIFFERENCE, NO_INTERVAL)
+
+# metric -> (unit, which way is better). Offline: means over each repeat's requests, as the
+# offline report shows them; serving: vLLM's medians, throughput and goodput per pass.
+OFFLINE_METRICS = {
+    "output_throughput": ("tok/s", "higher"),
+    "mean_ttft_ms": ("ms", "lower"),
+    "mean_tpot_ms": ("ms", "lower"),
+    "mean_e2el_ms": ("ms", "lower"),
+}
+SERVING_METRICS = {
+    "output_throughput": ("tok/s", "higher"),
+    "request_goodput": ("req/s", "higher"),
+    "median_ttft_ms": ("ms", "lower"),
+    "median_tpot_ms": ("ms", "lower"),
+    "median_itl_ms": ("ms", "lower"),
+    "median_e2el_ms": ("ms", "lower"),
+}
+# artifact -> the stage its figures are keyed by
+OFFLINE_ENGINES = {"hf_baseline": "offline_hf", "vllm_offline": "offline_vllm"}
+STAGE_TITLES = {"offline_hf": "Offline: HF Transformers", "offline_vllm": "Offline: vLLM", "serve": "Serving"}
+SAMPLES_OFFLINE = "the scenario's timed repeats, back to back in one process"
+SAMPLES_SERVING = "the level's passes (load.repeats), one figure per pass"
+SAMPLES_VLLM_BENCH = "one `vllm bench serve` run"
+
+
+class GateError(UserError):
+    """A gate that names no figure of the comparison."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure of one run, with every sample it was measured from."""
+
+    key: str  # model/stage/case/metric: what the gate and the tables name
+    model: str
+    stage: str
+    case: str
+    metric: str
+    unit: str
+    better: str  # "higher" or "lower"
+    samples: tuple[float, ...]
+    samples_are: str
+
+
+def figure_key(model: str, stage: str, case: str, metric: str) -> str:
+    return "/".join((model, stage, case.replace(" ", "_"), metric))
+
+
+def make_figure(model, stage, case, metric, unit_better, samples, samples_are) -> Figure | None:
+    values = tuple(float(v) for v in samples if v is not None and math.isfinite(float(v)))
+    if not values:
+        return None
+    unit, better = unit_better
+    return Figure(figure_key(model, stage, case, metric), model, stage, case, metric, unit, better, values, samples_are)
+
+
+def offline_figures(model: str, stage: str, artifact: dict) -> list[Figure]:
+    figures = []
+    for scenario in artifact["scenarios"]:
+        for metric, unit_better in OFFLINE_METRICS.items():
+            samples = [repeat.get(metric) for repeat in scenario["repeats"]]
+            figures.append(
+                make_figure(
+                    model, OFFLINE_ENGINES[stage], scenario["name"], metric, unit_better, samples, SAMPLES_OFFLINE
+                )
+            )
+    return figures
+
+
+def serving_figures(model: str, load: dict) -> list[Figure]:
+    figures = []
+    for level in load["levels"]:
+        case = level_case(
+            level["request_rate"],
+            level["max_concurrency"],
+            level["burstiness"],
+            level["ramp_end_rate"],
+            level.get("api", "completions"),  # runs made before chat levels existed
+        )
+        for metric, unit_better in SERVING_METRICS.items():
+            samples = [repeat.get(metric) for repeat in level["repeats"]]
+            figures.append(make_figure(model, "serve", case, metric, unit_better, samples, SAMPLES_SERVING))
+    return figures
+
+
+def vllm_bench_figures(model: str, result: dict) -> list[Figure]:
+    """The figures a vLLM result file has, under the level name this pipeline gives the same load
+    (it has no goodput unless run with --goodput, and then under another name: left out)."""
+    ramp = result.get("ramp_up_strategy")
+    case = level_case(
+        result.get("ramp_up_start_rps") if ramp else result.get("request_rate"),
+        result.get("max_concurrency"),
+        result.get("burstiness"),
+        result.get("ramp_up_end_rps") if ramp else None,
+        "chat" if result.get("backend") == "openai-chat" else "completions",
+    )
+    return [
+        make_figure(model, "serve", case, metric, unit_better, [result.get(metric)], SAMPLES_VLLM_BENCH)
+        for metric, unit_better in SERVING_METRICS.items()
+        if metric != "request_goodput"
+    ]
+
+
+def run_figures(run: RunResults) -> dict[str, Figure]:
+    """Every comparable figure of a run, by key."""
+    figures = []
+    for model, artifacts in run.models.items():
+        for stage in OFFLINE_ENGINES:
+            if stage in artifacts:
+                figures += offline_figures(model, stage, artifacts[stage])
+        if "load" in artifacts:
+            figures += serving_figures(model, artifacts["load"])
+        if "vllm_bench" in artifacts:
+            figures += vllm_bench_figures(model, artifacts["vllm_bench"])
+    return {figure.key: figure for figure in figures if figure is not None}
+
+
+def summary_of(figure: Figure) -> dict:
+    summary = summarize(figure.samples)
+    return {"n": summary.n, "mean": summary.mean, "ci95_low": summary.ci95_low, "ci95_high": summary.ci95_high}
+
+
+def verdict(ratio: dict, better: str, threshold: float) -> str:
+    """From candidate / baseline and its 95 % interval: the gain g = ratio where higher is better,
+    1 / ratio where lower is better (g > 1: the candidate is faster). Then
+
+    faster                  if the whole interval of g lies above 1 + threshold,
+    slower                  if the whole interval of g lies below 1 / (1 + threshold),
+    no difference detected  otherwise (the interval reaches into the threshold band),
+    no interval             if either run has a single sample: its noise is unknown."""
+    low, high = ratio["ci95_low"], ratio["ci95_high"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return NO_INTERVAL
+    gain_low, gain_high = (low, high) if better == "higher" else (1 / high, 1 / low)
+    if gain_low > 1 + threshold:
+        return FASTER
+    if gain_high < 1 / (1 + threshold):
+        return SLOWER
+    return NO_DIFFERENCE
+
+
+@dataclass
+class FigureComparison:
+    key: str
+    model: str
+    stage: str
+    case: str
+    metric: str
+    unit: str
+    better: str
+    baseline: dict
+    candidate: dict
+    ratio: float  # candidate / baseline, of the means
+    ci95_low: float
+    ci95_high: float
+    verdict: str
+    samples_are: dict
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def compare_figure(baseline: Figure, candidate: Figure, threshold: float) -> FigureComparison:
+    """candidate / baseline as a ratio of means over independent samples (stats.ratio_of_means)."""
+    ratio = ratio_of_means(candidate.samples, baseline.samples)
+    return FigureComparison(
+        key=baseline.key,
+        model=baseline.model,
+        stage=baseline.stage,
+        case=baseline.case,
+        metric=baseline.metric,
+        unit=baseline.unit,
+        better=baseline.better,
+        baseline=summary_of(baseline),
+        candidate=summary_of(candidate),
+        ratio=ratio["ratio"],
+        ci95_low=ratio["ci95_low"],
+        ci95_high=ratio["ci95_high"],
+        verdict=verdict(ratio, baseline.better, threshold),
+        samples_are={"baseline": baseline.samples_are, "candidate": candidate.samples_are},
+    )
+
+
+def paired_models(baseline: RunResults, candidate: RunResults) -> dict[str, str]:
+    """candidate model -> baseline model: by name, or the one model of each run when both hold
+    exactly one (the same model named differently on two machines, or by vLLM's result file)."""
+    if len(baseline.models) == 1 and len(candidate.models) == 1:
+        return {next(iter(candidate.models)): next(iter(baseline.models))}
+    return {name: name for name in candidate.models if name in baseline.models}
+
+
+def compare_runs(baseline: RunResults, candidate: RunResults, threshold: float) -> dict:
+    """Every figure both runs have, compared; and the figures only one of them has."""
+    base = run_figures(baseline)
+    renamed = {}
+    models = paired_models(baseline, candidate)
+    for figure in run_figures(candidate).values():
+        if figure.model in models:
+            model = models[figure.model]
+            key = figure_key(model, figure.stage, figure.case, figure.metric)
+            figure = replace(figure, key=key, model=model)
+        renamed[figure.key] = figure
+    both = [key for key in base if key in renamed]
+    figures = [compare_figure(base[key], renamed[key], threshold) for key in both]
+    counts = {name: sum(f.verdict == name for f in figures) for name in VERDICTS}
+    return {
+        "baseline": baseline.label,
+        "candidate": candidate.label,
+        "models": models,
+        "counts": counts,
+        "figures": [figure.to_json() for figure in figures],
+        "only_in_baseline": sorted(set(base) - set(renamed)),
+        "only_in_candidate": sorted(set(renamed) - set(base)),
+    }
+
+
+# The order in which provenance keys say what differs: what the user chose first.
+DIFFERENCE_ORDER = ("tool", "config.", "versions.", "git.", "machine.", "threads", "date")
+
+
+def difference_rank(key: str) -> tuple[int, str]:
+    rank = next((i for i, prefix in enumerate(DIFFERENCE_ORDER) if key.startswith(prefix)), len(DIFFERENCE_ORDER))
+    return rank, key
+
+
+def shown(values: set[str] | None) -> str:
+    """A provenance key's values in one run, as text: absent when the run has no such stage."""
+    if not values:
+        return "(absent)"
+    return ", ".join(str(json.loads(value)) for value in sorted(values))
+
+
+def provenance_differences(runs: list[RunResults]) -> list[dict]:
+    """The provenance keys whose values are not the same in every run, config first: the keys
+    every run has, then those only some runs have (a stage that did not run in one)."""
+    keys = sorted({key for run in runs for key in run.provenance}, key=difference_rank)
+    differing = [key for key in keys if len({frozenset(run.provenance.get(key, ())) for run in runs}) > 1]
+    everywhere = [key for key in differing if all(key in run.provenance for run in runs)]
+    somewhere = [key for key in differing if key not in everywhere]
+    return [
+        {"key": key, "in_every_run": key in everywhere, "values": [shown(run.provenance.get(key)) for run in runs]}
+        for key in everywhere + somewhere
+    ]
+
+
+def short_key(key: str) -> str:
+    return key.removeprefix("config.").removeprefix("versions.").removeprefix("machine.")
+
+
+def auto_labels(runs: list[RunResults], differences: list[dict], most: int = 2) -> list[str]:
+    """Each run named by what sets it apart: up to `most` differing keys every run has, as
+    key=value; else the keys only some runs have, where there are at most `most` (a setting left
+    at its default in one run; more are stages one run did not run); else, or where two labels
+    would coincide, the source path."""
+    usable = [d for d in differences if not d["key"].startswith("git.dirty")]
+    everywhere = [d for d in usable if d["in_every_run"]]
+    named = everywhere[:most] or (usable if len(usable) <= most else [])
+    labels = [
+        "; ".join(f"{short_key(d['key'])}={d['values'][index]}" for d in named) or run.source
+        for index, run in enumerate(runs)
+    ]
+    if len(set(labels)) < len(labels):
+        labels = [run.source for run in runs]
+    if len(set(labels)) < len(labels):
+        labels = [f"run {index + 1}: {run.source}" for index, run in enumerate(runs)]
+    return labels
+
+
+def gate(record: dict, patterns: list[str]) -> list[str]:
+    """One line per gated figure that regressed (verdict `slower`: its whole interval is past the
+    threshold in the worse direction), empty when none did. A pattern (fnmatch, on the figure's
+    key) that matches no compared figure is an error: a gate that cannot fail is no gate."""
+    compared = [figure for comparison in record["comparisons"] for figure in comparison["figures"]]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(figure["key"], pattern) for figure in compared):
+            keys = sorted({figure["key"] for figure in compared})
+            raise GateError(
+                f"--gate {pattern!r} matches none of the {len(keys)} compared figures (e.g. "
+                f"{', '.join(keys[:3]) or 'none'}); name one by its key, wildcards allowed, such as "
+                "'*/serve/c=4/output_throughput'"
+            )
+    lines = []
+    for comparison in record["comparisons"]:
+        for figure in comparison["figures"]:
+            if figure["verdict"] == SLOWER and any(fnmatch.fnmatchcase(figure["key"], p) for p in patterns):
+                lines.append(
+                    f"regressed: {figure['key']} {(figure['ratio'] - 1) * 100:+.1f} % "
+                    f"({figure['better']} is better; {comparison['candidate']} / {comparison['baseline']} = "
+                    f"{figure['ratio']:.3f}, 95 % interval [{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}], "
+                    f"wholly past the {record['threshold']:.0%} threshold)"
+                )
+    return lines
+
+
+def comparison_record(runs: list[RunResults], threshold: float, labels: list[str] | None = None) -> dict:
+    """The whole comparison: runs (the first is the baseline), what differs, and each candidate
+    against the baseline."""
+    differences = provenance_differences(runs)
+    for run, label in zip(runs, labels or auto_labels(runs, differences)):
+        run.label = label
+    baseline, *candidates = runs
+    return {
+        "threshold": threshold,
+        "runs": [
+            {"label": run.label, "source": run.source, "tool": run.tool, "models": sorted(run.models)} for run in runs
+        ],
+        "differences": differences,
+        "comparisons": [compare_runs(baseline, candidate, threshold) for candidate in candidates],
+    }

@@ -1,0 +1,326 @@
+"""The server stage's measurements: the study's API request (cold and warm) and the load
+sweep, each level summarized with vLLM's result-JSON field names and checked for validity."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+
+import openai
+
+from infbench.core import study_figures
+from infbench.core.checks import STATUS_RANK, check
+from infbench.core.metrics import MS, PERCENTILES, aggregate, goodput
+from infbench.core.stats import median_interval, percentile_needs, summarize
+from infbench.engines.external_endpoint import ExternalEndpoint
+from infbench.engines.vllm_server import ServerError, VLLMServer
+from infbench.serving.arrivals import Arrivals
+from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level
+from infbench.serving.level_checks import open_loop_rates, validity_checks
+from infbench.workload.requests import has_chat_template
+
+
+def study_request(
+    *, base_url: str, model: str, prompt: str, warm_requests: int, seed: int, timeout_s: float, api_key=None
+) -> dict:
+    """The study's part 5 as it did it (non-streamed, 50 tokens, temperature 0.7), cold then warm."""
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key or "not-needed", max_retries=0, timeout=timeout_s)
+    calls = []
+    for _ in range(1 + warm_requests):
+        started = time.perf_counter()
+        response = client.completions.create(model=model, prompt=prompt, max_tokens=50, temperature=0.7, seed=seed)
+        calls.append(
+            {
+                "latency_s": time.perf_counter() - started,
+                "prompt_tokens": response.usage.prompt_tokens,
+                "completion_tokens": response.usage.completion_tokens,
+                "text": response.choices[0].text,
+            }
+        )
+    client.close()
+    warm = calls[1:]
+    return {
+        "prompt": prompt,
+        "max_tokens": 50,
+        "temperature": 0.7,
+        "cold": calls[0],
+        "warm": warm,
+        "warm_latency_s": summarize(c["latency_s"] for c in warm).to_json() if len(warm) > 1 else None,
+        "study": study_figures.SERVER,
+    }
+
+
+@dataclass(frozen=True)
+class Level:
+    """One load level: closed loop (`concurrency` in flight, no arrivals) or open loop
+    (requests sent on `arrivals`, at most `concurrency` in flight where it is given)."""
+
+    concurrency: int | None
+    arrivals: Arrivals | None = None
+    api: str = "completions"  # or "chat": /v1/chat/completions, through the model's chat template
+
+    @property
+    def mode(self) -> str:
+        if self.arrivals is None:
+            return "concurrency"
+        return "request_rate" if self.arrivals.ramp_to is None else "ramp"
+
+    @property
+    def label(self) -> str:
+        prefix = "chat, " if self.api == "chat" else ""
+        if self.arrivals is None:
+            return f"{prefix}concurrency {self.concurrency}"
+        rate = f"{self.arrivals.rate}" + (f"->{self.arrivals.ramp_to}" if self.arrivals.ramp_to is not None else "")
+        return f"{prefix}rate {rate} req/s" + (f", at most {self.concurrency} in flight" if self.concurrency else "")
+
+
+def configured_levels(load: dict, api: str = "completions", chat_available: bool = True) -> list[Level]:
+    """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them,
+    all through the workload's API; then, for a completions workload of a model with a chat
+    template, the closed-loop chat levels (load.chat_concurrency)."""
+    levels = [Level(concurrency, api=api) for concurrency in load["concurrency"]]
+    levels += [
+        Level(load["max_concurrency"], Arrivals(rate, load["burstiness"]), api) for rate in load["request_rates"]
+    ]
+    if load["ramp"]:
+        ramp = Arrivals(load["ramp"]["start_rate"], load["burstiness"], load["ramp"]["end_rate"])
+        levels.append(Level(load["max_concurrency"], ramp, api))
+    if api == "completions" and chat_available:
+        levels += [Level(concurrency, api="chat") for concurrency in load["chat_concurrency"]]
+    return levels
+
+
+# Level figures summarized across repeats (mean and 95 % CI over the repeats' values).
+ACROSS_REPEATS = (
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+)
+# Latencies whose per-repeat medians must agree within their intervals.
+AGREEMENT_METRICS = ("ttft", "tpot")
+# Warm-up requests are cut to this many output tokens: enough to run the level's batch shape
+# through prefill and decode, short enough to cost a second or two.
+WARMUP_MAX_TOKENS = 16
+
+
+def warmup_requests(requests: list[LoadRequest], level: Level) -> list[LoadRequest]:
+    """Untimed requests before each pass of a level: its first k requests sent together, k its
+    cap on requests in flight (1 for an uncapped rate), outputs cut to WARMUP_MAX_TOKENS."""
+    count = min(len(requests), level.concurrency or 1)
+    return [replace(r, id=f"warmup-{r.id}", max_tokens=min(r.max_tokens, WARMUP_MAX_TOKENS)) for r in requests[:count]]
+
+
+def repeat_summary(
+    run: LevelRun, requests: list[LoadRequest], *, slo_ms: dict, tokenizer, prefix_caching: bool
+) -> dict:
+    """One pass of a level: vLLM's result fields, its rates, server state and validity checks."""
+    results = [s.result for s in run.results]
+    summary = aggregate(results, run.duration_s)
+    series = run.metrics
+    preemptions = series.first_last("vllm:num_preemptions_total")
+    rates = open_loop_rates(run) or {}
+    summary.update(
+        {
+            "offered_request_rate": rates.get("offered"),
+            "sent_request_rate": rates.get("sent"),
+            "achieved_request_rate": rates.get("achieved"),
+            "request_goodput": goodput(results, run.duration_s, slo_ms) if slo_ms else None,
+            "client_cpu_s": run.client_cpu_s,
+            "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
+            "peak_num_requests_running": series.peak("vllm:num_requests_running"),
+            "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
+            "preemptions": preemptions[1] - preemptions[0] if series.available else None,
+            "checks": validity_checks(run, requests, tokenizer, prefix_caching),
+            "metrics_series": run.metrics.samples,
+            "requests": [{**s.result.to_json(), "sent_s": s.sent_at - run.started} for s in run.results],
+        }
+    )
+    return summary
+
+
+def worst_checks(repeats: list[dict]) -> list[dict]:
+    """Each check once per level: its worst status over the repeats, with that repeat named."""
+    worst = {}
+    for index, repeat in enumerate(repeats, start=1):
+        for item in repeat["checks"]:
+            kept = worst.get(item["name"])
+            if kept is None or STATUS_RANK[item["status"]] < STATUS_RANK[kept["status"]]:
+                worst[item["name"]] = {**item, "detail": f"{item['detail']} (repeat {index} of {len(repeats)})"}
+    return list(worst.values())
+
+
+def repeats_agree(repeats: list[dict]) -> dict:
+    """Flags (warn) a level whose repeats disagree beyond their intervals: for TTFT and TPOT,
+    the 95 % order-statistic intervals of each repeat's median must share a common point.
+    Disjoint intervals mean the machine or server changed between repeats, not sampling
+    noise: the interval across repeats holds that change, a single repeat would hide it."""
+    if len(repeats) < 2:
+        return check("repeats_agree", "warn", None, "one repeat: no spread between repeats to show; raise load.repeats")
+    disjoint = []
+    for metric in AGREEMENT_METRICS:
+        intervals = []
+        for repeat in repeats:
+            values = [r[metric] for r in repeat["requests"] if r["success"] and r[metric] is not None]
+            interval = median_interval(values)
+            if interval is not None:
+                intervals.append(interval)
+        if len(intervals) >= 2 and max(low for low, _ in intervals) > min(high for _, high in intervals):
+            shown = ", ".join(f"[{low * MS:.0f}, {high * MS:.0f}]" for low, high in intervals)
+            disjoint.append(f"median {metric.upper()} ms {shown}")
+    return check(
+        "repeats_agree",
+        "warn" if disjoint else "pass",
+        len(disjoint),
+        "the repeats' 95 % intervals of the median do not overlap, so the machine or server changed "
+        "between them (the interval across repeats includes that change): " + "; ".join(disjoint)
+        if disjoint
+        else f"the {len(repeats)} repeats' 95 % intervals of the median TTFT and TPOT overlap",
+    )
+
+
+def percentile_support(pooled: list[dict]) -> dict:
+    """Per latency, the pooled sample size and the percentiles it supports (percentile_needs)."""
+    support = {}
+    for metric in ("ttft", "tpot", "e2el"):
+        n = sum(1 for r in pooled if r["success"] and r[metric] is not None)
+        support[metric] = {"n": n, "supported": [q for q in PERCENTILES if n >= percentile_needs(q)]}
+    support["itl"] = {"n": sum(len(r["itl"]) for r in pooled if r["success"])}
+    support["itl"]["supported"] = [q for q in PERCENTILES if support["itl"]["n"] >= percentile_needs(q)]
+    return support
+
+
+def summarize_level(
+    runs: list[LevelRun],
+    requests: list[LoadRequest],
+    *,
+    level: Level,
+    slo_ms: dict,
+    tokenizer,
+    prefix_caching: bool,
+) -> dict:
+    """A level over its repeats: vLLM's result fields over the pooled requests (durations
+    summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept."""
+    repeats = [
+        repeat_summary(run, requests, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching) for run in runs
+    ]
+    results = [s.result for run in runs for s in run.results]
+    duration = sum(run.duration_s for run in runs)
+    summary = aggregate(results, duration)
+    pooled = [r for repeat in repeats for r in repeat["requests"]]
+    arrivals = level.arrivals
+
+    def mean_of(key):
+        values = [repeat[key] for repeat in repeats if repeat[key] is not None]
+        return sum(values) / len(values) if values else None
+
+    # Server figures from /metrics: None where the server publishes none (an external endpoint).
+    def max_of(key):
+        values = [repeat[key] for repeat in repeats if repeat[key] is not None]
+        return max(values) if values else None
+
+    def sum_of(key):
+        values = [repeat[key] for repeat in repeats if repeat[key] is not None]
+        return sum(values) if values else None
+
+    summary.update(
+        {
+            "api": level.api,
+            "mode": level.mode,
+            "max_concurrency": level.concurrency,
+            "request_rate": arrivals.rate if arrivals is not None else "inf",
+            "ramp_end_rate": arrivals.ramp_to if arrivals is not None else None,
+            "burstiness": arrivals.burstiness if arrivals is not None else None,
+            "offered_request_rate": mean_of("offered_request_rate"),
+            "sent_request_rate": mean_of("sent_request_rate"),
+            "achieved_request_rate": mean_of("achieved_request_rate"),
+            "request_goodput": goodput(results, duration, slo_ms) if slo_ms else None,
+            "client_cpu_s": sum(run.client_cpu_s for run in runs),
+            "peak_kv_cache_usage_perc": max_of("peak_kv_cache_usage_perc"),
+            "peak_num_requests_running": max_of("peak_num_requests_running"),
+            "peak_num_requests_waiting": max_of("peak_num_requests_waiting"),
+            "preemptions": sum_of("preemptions"),
+            "across_repeats": {key: summarize(repeat[key] for repeat in repeats).to_json() for key in ACROSS_REPEATS},
+            "percentile_support": percentile_support(pooled),
+            "checks": [*worst_checks(repeats), repeats_agree(repeats)],
+            "repeats": repeats,
+        }
+    )
+    return summary
+
+
+def run_sweep(
+    *,
+    server: VLLMServer | ExternalEndpoint,
+    workload: list[dict],
+    load: dict,
+    seed: int,
+    timeout_s: float,
+    tokenizer,
+    prefix_caching: bool,
+    progress=print,
+) -> list[dict]:
+    """Every configured level against a running server (this pipeline's or an external one),
+    `load.repeats` passes over the levels in turn (so slow drift spreads over all levels
+    instead of biasing one), each level pass after its warm-up; repeat k draws its open-loop
+    schedule with seed + k. Stops at the first level the server does not survive (its failed
+    requests are in the error)."""
+    requests = cycle_requests(workload, load["requests_per_level"])
+    levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer))
+    runs = [[] for _ in levels]
+
+    def level_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed) -> LevelRun:
+        run = asyncio.run(
+            run_level(
+                server.base_url,
+                server.served_name,
+                batch,
+                concurrency=concurrency,
+                arrivals=arrivals,
+                seed=pass_seed,
+                interval_s=load["metrics_interval_s"],
+                timeout_s=timeout_s,
+                api=level.api,
+                api_key=server.api_key,
+                scrape_metrics=server.metrics,
+            )
+        )
+        if not server.alive():
+            failed = sum(not s.result.success for s in run.results)
+            what = "the endpoint stopped answering" if isinstance(server, ExternalEndpoint) else "the vLLM server died"
+            raise ServerError(
+                f"{what} during the load level {level.label}: {failed} of {len(batch)} requests failed; "
+                f"its log:\n{server.log_tail()}"
+            )
+        return run
+
+    for repeat in range(load["repeats"]):
+        for index, level in enumerate(levels):
+            if load["warmup"]:
+                warm = warmup_requests(requests, level)
+                level_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
+            run = level_pass(
+                level, requests, concurrency=level.concurrency, arrivals=level.arrivals, pass_seed=seed + repeat
+            )
+            runs[index].append(run)
+            summary = aggregate([s.result for s in run.results], run.duration_s)
+            failed = summary["failed"]
+            progress(
+                f"repeat {repeat + 1}/{load['repeats']}, {level.label}: {summary['output_throughput']:.1f} output "
+                f"tok/s, median TTFT {summary['median_ttft_ms']:.0f} ms, median TPOT "
+                f"{summary['median_tpot_ms']:.1f} ms, {failed} failed"
+            )
+    return [
+        summarize_level(
+            level_runs,
+            requests,
+            level=level,
+            slo_ms=load["slo_ms"],
+            tokenizer=tokenizer,
+            prefix_caching=prefix_caching,
+        )
+        for level, level_runs in zip(levels, runs)
+    ]

@@ -1,0 +1,118 @@
+"""The tuning grid: one server start per combination of settings, each under the same
+saturating closed-loop load, then searched for its SLO capacity (concurrency): the best cell
+is the one that serves the most requests in flight within the SLO."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from infbench.capacity.slo_capacity import search_capacity
+from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.settings import kv_cache_bytes, server_max_num_seqs
+from infbench.engines.vllm_server import ServerError, VLLMServer
+from infbench.serving.client import cycle_requests, run_level
+from infbench.serving.sweep import repeat_summary
+
+
+def grid_cells(grid: dict) -> list[dict]:
+    """Every combination of the grid's settings (max_num_seqs, max_num_batched_tokens, kv_cache_gib)."""
+    keys = sorted(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[key] for key in keys))]
+
+
+def run_tuning(
+    *,
+    engine_args: dict,
+    served_name: str,
+    env: dict,
+    log_dir,
+    workload: list[dict],
+    tuning: dict,
+    server_settings: dict,
+    load: dict,
+    capacity: dict,
+    device: str,
+    seed: int,
+    tokenizer,
+    prefix_caching: bool,
+    progress=print,
+) -> list[dict]:
+    """One server start per grid cell, each under the same saturating closed-loop load, then
+    its SLO capacity searched (concurrency only, with the capacity settings)."""
+    requests = cycle_requests(workload, tuning["requests"])
+    cells = []
+    for index, cell in enumerate(grid_cells(tuning["grid"])):
+        args = dict(engine_args)
+        if "kv_cache_gib" in cell:
+            args["kv_cache_memory_bytes"] = kv_cache_bytes(cell["kv_cache_gib"])
+        extra = {key: value for key, value in cell.items() if key != "kv_cache_gib"}
+        with VLLMServer(
+            args,
+            served_name,
+            f"{log_dir}/cell-{index}.log",
+            env=env,
+            extra_args=extra,
+            startup_timeout_s=server_settings["startup_timeout_s"],
+        ) as server:
+            kv = server_kv_facts(server.base_url)
+            run = asyncio.run(
+                run_level(
+                    server.base_url,
+                    served_name,
+                    requests,
+                    concurrency=tuning["concurrency"],
+                    arrivals=None,
+                    seed=seed,
+                    interval_s=load["metrics_interval_s"],
+                    timeout_s=server_settings["request_timeout_s"],
+                    api=workload[0]["api"],
+                )
+            )
+            if not server.alive():
+                raise ServerError(f"the vLLM server died in tuning cell {cell}; see {server.log_path}")
+            searched = search_capacity(
+                server,
+                workload,
+                {**capacity, "rate": False},
+                load,
+                kv,
+                max_model_len=engine_args["max_model_len"],
+                max_num_seqs=server_max_num_seqs({**engine_args, **extra}, device),
+                seed=seed,
+                timeout_s=server_settings["request_timeout_s"],
+                progress=progress,
+            )["concurrency"]
+        level = repeat_summary(
+            run,
+            requests,
+            slo_ms=load["slo_ms"],
+            tokenizer=tokenizer,
+            prefix_caching=prefix_caching,
+        )
+        level.pop("requests")
+        served = searched["at_capacity"]
+        slo_capacity = {
+            "capacity": searched["capacity"],
+            "first_failing": searched["first_failing"],
+            "converged": searched["converged"],
+            "binding": searched["binding"],
+            "output_throughput_at_capacity": served["output_throughput"]["mean"] if served else None,
+            "probes": searched["probes"],
+        }
+        cells.append({"settings": cell, "kv": kv, "startup_s": server.startup_s, **level, "slo_capacity": slo_capacity})
+        progress(
+            f"tuning {cell}: {level['output_throughput']:.1f} output tok/s, "
+            f"peak waiting {level['peak_num_requests_waiting']:.0f}, preemptions {level['preemptions']:.0f}, "
+            f"SLO capacity c={searched['capacity']}"
+        )
+    return cells
+
+
+def best_cell(cells: list[dict]) -> int | None:
+    """The cell serving the most requests in flight within the SLO; among equals, the one with
+    the highest output throughput at its capacity. None when no cell met the SLO at all."""
+    served = [(i, c["slo_capacity"]) for i, c in enumerate(cells) if c["slo_capacity"]["capacity"] is not None]
+    if not served:
+        return None
+    return max(served, key=lambda item: (item[1]["capacity"], item[1]["output_throughput_at_capacity"] or 0))[0]

@@ -1,0 +1,148 @@
+"""The pipeline's stages in one table: when each runs, whether it runs against an external
+endpoint, the artifacts it writes and the report section that shows them. Rule `all`, the
+report's inputs, the run-time records and the report's section order and numbering (in the
+HTML page and in `snakemake --report`) are all read from here: adding a stage is one entry
+here plus its rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Section:
+    """A numbered section of the report; its template is report/sections/{name}.html.j2."""
+
+    name: str
+    number: str
+    title: str
+
+    @property
+    def category(self) -> str:
+        """Its category in `snakemake --report`: the number and title the HTML page shows."""
+        return f"{self.number}. {self.title}"
+
+
+SECTIONS = (
+    Section("offline", "1–2", "Hugging Face baseline and vLLM offline, on the same work"),
+    Section("kv_problem", "3", "The KV-cache problem: the study's arithmetic, reproduced"),
+    Section("paging", "4", "Paging: what the study left out"),
+    Section("serving", "5", "The OpenAI-compatible server under load"),
+    Section("client_fidelity", "5.1", "Is the client exact? vLLM's benchmark client beside ours"),
+    Section("prefix_caching", "5.2", "Prefix caching off and on"),
+    Section("tuning", "5.3", "Tuning grid"),
+    Section("capacity", "6", "How many users within the SLO"),
+    Section("paging_live", "7", "The study's 4.8x on vLLM itself"),
+    Section("utilisation", "8", "Distance to the hardware: memory bandwidth utilisation"),
+)
+SECTION = {section.name: section for section in SECTIONS}
+
+
+def on(config: dict, key: str) -> bool:
+    """Is the config section `key` switched on?"""
+    return bool(config[key]["enabled"])
+
+
+def external(config: dict) -> bool:
+    """Does the serve stage measure the user's endpoint (server.external) rather than a server
+    of its own?"""
+    return config["server"]["external"] is not None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One rule's place in the pipeline.
+
+    outputs: {artifact name: the rule's output (its name, or 0 for the only one)}; the artifact
+    name is the key the report and run comparisons read it under.
+    enabled: when the stage runs, given the validated config.
+    external: whether it runs when server.external is set. Stages that start a server of the
+    local model or predict its KV cache from this config's engine would not describe the
+    user's endpoint, so they do not run then.
+    measured: whether the rule records a run time (a `benchmark:` file) for the report.
+    """
+
+    name: str
+    outputs: dict[str, str | int]
+    section: str | None
+    enabled: Callable[[dict], bool]
+    external: bool
+    measured: bool = False
+
+    def runs(self, config: dict) -> bool:
+        return self.enabled(config) and (self.external or not external(config))
+
+
+def _always(config: dict) -> bool:
+    return True
+
+
+STAGES = (
+    Stage("model", {"model": 0}, None, _always, external=True),
+    Stage("workload", {"workload": "requests", "workload_summary": "summary"}, None, _always, external=True),
+    Stage("hf_baseline", {"hf_baseline": 0}, "offline", lambda c: on(c, "hf_baseline"), external=True, measured=True),
+    Stage(
+        "vllm_offline", {"vllm_offline": 0}, "offline", lambda c: on(c, "vllm_offline"), external=True, measured=True
+    ),
+    Stage(
+        "offline_comparison",
+        {"comparison": 0},
+        "offline",
+        lambda c: on(c, "hf_baseline") and on(c, "vllm_offline"),
+        external=True,
+    ),
+    Stage("allocator", {"allocator": 0}, "kv_problem", lambda c: on(c, "vllm_offline"), external=True),
+    Stage("serve", {"server": "server", "load": "load"}, "serving", lambda c: on(c, "server"), True, measured=True),
+    Stage("kv_validation", {"kv_validation": 0}, "paging", lambda c: on(c, "server"), external=False),
+    Stage(
+        "client_fidelity",
+        {"client_fidelity": "fidelity"},
+        "client_fidelity",
+        lambda c: on(c, "client_fidelity"),
+        False,
+        True,
+    ),
+    Stage("prefix_caching", {"prefix_caching": 0}, "prefix_caching", lambda c: on(c, "prefix_caching"), False, True),
+    Stage("tuning", {"tuning": 0}, "tuning", lambda c: on(c, "tuning"), external=False, measured=True),
+    Stage(
+        "slo_capacity",
+        {"slo_capacity": 0},
+        "capacity",
+        lambda c: on(c, "capacity") and on(c, "server"),
+        external=True,
+        measured=True,
+    ),
+    Stage("paging_live", {"paging_live": 0}, "paging_live", lambda c: on(c, "paging_live"), False, measured=True),
+    # MBU of the offline engines always; of the serving levels only for this pipeline's own server
+    # (an external endpoint runs on another machine): see utilisation_inputs.
+    Stage(
+        "utilisation",
+        {"utilisation": 0},
+        "utilisation",
+        lambda c: on(c, "hf_baseline") or on(c, "vllm_offline") or (on(c, "server") and not external(c)),
+        external=True,
+    ),
+)
+STAGE = {stage.name: stage for stage in STAGES}
+
+
+def running_stages(config: dict) -> list[Stage]:
+    """The stages this config runs, in pipeline order."""
+    return [stage for stage in STAGES if stage.runs(config)]
+
+
+def utilisation_inputs(config: dict) -> list[str]:
+    """The artifacts whose decode figures MBU is computed for: the offline engines, and the load
+    sweep of this pipeline's own server."""
+    names = [name for name in ("hf_baseline", "vllm_offline") if on(config, name)]
+    return names + (["load"] if on(config, "server") and not external(config) else [])
+
+
+def section_of(artifact: str) -> Section | None:
+    """The report section that shows an artifact."""
+    for stage in STAGES:
+        if artifact in stage.outputs:
+            return SECTION[stage.section] if stage.section else None
+    return None

@@ -1,0 +1,46 @@
+# SLO capacity: the most requests in flight (and the highest rate) served within the SLO.
+
+
+rule slo_capacity:
+    """The most requests in flight (and the highest rate) served within the SLO, by bracketing
+    and bisection on its own server, the search seeded by the KV simulator's prediction."""
+    output:
+        report(
+            "results/{model}/slo_capacity.json",
+            category=category("capacity"),
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=script_code("slo_capacity"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        # Only what the search uses, so that changing the sweep's levels does not rerun it.
+        load={key: config["load"][key] for key in ("burstiness", "metrics_interval_s", "slo_ms")},
+        capacity=config["capacity"],
+        cost=config["cost"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "capacity", "cost", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/slo_capacity/{model}.log",
+        server="logs/slo_capacity/{model}.server.log",
+    benchmark:
+        "benchmarks/{model}/slo_capacity.tsv"
+    script:
+        "../../scripts/slo_capacity.py"

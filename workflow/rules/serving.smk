@@ -1,0 +1,176 @@
+# The OpenAI-compatible server under load, and the studies that start servers of their own:
+# client fidelity, tuning and prefix caching.
+
+
+rule serve:
+    """vLLM's OpenAI-compatible server, started, measured under load, and stopped by this rule."""
+    output:
+        server=report(
+            "results/{model}/server.json",
+            category=category("serving"),
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+        load=report(
+            "results/{model}/load.json",
+            category=category("serving"),
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=script_code("serve"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        load=config["load"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "load", "seed"),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/serve/{model}.log",
+        server="logs/serve/{model}.server.log",
+    benchmark:
+        "benchmarks/{model}/serve.tsv"
+    script:
+        "../../scripts/serve.py"
+
+
+rule client_fidelity:
+    """vLLM's own benchmark client and this pipeline's take turns on one server with the same work."""
+    output:
+        fidelity=report(
+            "results/{model}/client_fidelity.json",
+            category=category("client_fidelity"),
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+        # vLLM's own result file of the last round, as `vllm bench serve --save-result` wrote it:
+        # it can sit in a run comparison (scripts/runs.py compare) beside this pipeline's runs.
+        vllm_result="results/{model}/client_fidelity/vllm_bench.json",
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=script_code("client_fidelity"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        client_fidelity=config["client_fidelity"],
+        metrics_interval_s=config["load"]["metrics_interval_s"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "client_fidelity", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=60,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/client_fidelity/{model}.log",
+        server="logs/client_fidelity/{model}.server.log",
+    benchmark:
+        "benchmarks/{model}/client_fidelity.tsv"
+    script:
+        "../../scripts/client_fidelity.py"
+
+
+rule tuning:
+    """A grid of server settings under a saturating load; each cell is its own server start."""
+    output:
+        report(
+            "results/{model}/tuning.json",
+            category=category("tuning"),
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=script_code("tuning"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        # Only what tuning uses, so a load-sweep change does not rerun the grid.
+        load={key: config["load"][key] for key in ("burstiness", "metrics_interval_s", "slo_ms")},
+        tuning=config["tuning"],
+        capacity=config["capacity"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "tuning", "capacity", "seed"),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/tuning/{model}.log",
+        servers=directory("logs/tuning/{model}.servers"),
+    benchmark:
+        "benchmarks/{model}/tuning.tsv"
+    script:
+        "../../scripts/tuning.py"
+
+
+rule prefix_caching:
+    """Prefix caching off and on, two servers taking turns on request sets that share prefixes."""
+    output:
+        report(
+            "results/{model}/prefix_caching.json",
+            category=category("prefix_caching"),
+            subcategory="{model}",
+            caption="../../report/captions/serving.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=script_code("prefix_caching"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        prefix_caching=config["prefix_caching"],
+        metrics_interval_s=config["load"]["metrics_interval_s"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "prefix_caching", "seed"
+        ),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=24000,
+        runtime=60,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/prefix_caching/{model}.log",
+        servers=directory("logs/prefix_caching/{model}.servers"),
+    benchmark:
+        "benchmarks/{model}/prefix_caching.tsv"
+    script:
+        "../../scripts/prefix_caching.py"
