@@ -9,7 +9,7 @@ LOCK := envs/cpu.lock.txt
 STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml envs/setup-venv.sh | sha1sum | cut -c1-12)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup report test test-fast lint dry-run lock lock-checksums clean-results
+.PHONY: setup report test test-fast lint dry-run lock lock-checksums clean-results stage-times
 
 setup: $(STAMP)
 
@@ -56,3 +56,7 @@ lock-checksums:
 
 clean-results:
 	rm -rf results logs benchmarks
+
+# docs/stage-times.md from this run's Snakemake run-time records (benchmarks/).
+stage-times: setup
+	python scripts/stage_times.py --benchmarks benchmarks --output docs/stage-times.md
