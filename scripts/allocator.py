@@ -1,29 +1,24 @@
 """Rule `allocator`: simulate KV-cache allocation strategies -> allocator.json."""
 
-from pathlib import Path
-
-from infbench.core import provenance
-from infbench.core.artifacts import read_json, read_jsonl, write_json
-from infbench.core.rule_logging import rule_logging
+from infbench.core.artifacts import read_json, read_jsonl
+from infbench.core.stage import run_stage
 from infbench.engines.settings import kv_cache_bytes
 from infbench.kv.allocator import analyse
 
 
-def main(snakemake):
-    params = snakemake.params
-    started = provenance.now_iso()
+def main(stage):
+    params = stage.params
     analysis = analyse(
-        workload=read_jsonl(snakemake.input.workload),
-        vllm_offline=read_json(snakemake.input.vllm),
-        model_facts=read_json(Path(snakemake.input.model) / "model.json"),
+        workload=read_jsonl(stage.input.workload),
+        vllm_offline=read_json(stage.input.vllm),
+        model_facts=stage.facts,
         dtype=params.dtype,
         budget_bytes=kv_cache_bytes(params.kv_cache_gib),
         max_model_len=params.max_model_len,
         settings=params.allocator,
         seed=params.seed,
     )
-    analysis["provenance"] = provenance.collect(params.provenance_config, None, started)
-    write_json(snakemake.output[0], analysis, schema_name="allocator")
+    stage.write(stage.output[0], analysis, schema="allocator")
     check = analysis["pool_sizing_check"]
     print(f"study reproduced exactly: {analysis['study']['matches_study']}")
     print(
@@ -33,5 +28,4 @@ def main(snakemake):
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

@@ -2,15 +2,14 @@
 
 from pathlib import Path
 
-from infbench.core.rule_logging import rule_logging
+from infbench.core.stage import run_stage
 from infbench.model.download import download_model
 
 
-def main(snakemake):
-    download_model(snakemake.params.spec, Path(snakemake.output[0]))
-    print(f"downloaded {snakemake.params.spec['name']} into {snakemake.output[0]}")
+def main(stage):
+    download_model(stage.params.spec, Path(stage.output[0]))
+    print(f"downloaded {stage.params.spec['name']} into {stage.output[0]}")
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

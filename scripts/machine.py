@@ -1,14 +1,11 @@
 """Rule `machine`: this machine's memory bandwidth, STREAM's triad on the engine's cores -> machine.json."""
 
-from infbench.core import provenance
-from infbench.core.artifacts import write_json
-from infbench.core.rule_logging import rule_logging
+from infbench.core.stage import run_stage
 from infbench.engines.settings import pin_process
 
 
-def main(snakemake):
-    params = snakemake.params
-    started = provenance.now_iso()
+def main(stage):
+    params = stage.params
     cpus = pin_process(params.threads, params.device)  # before torch starts its threads
     import torch
 
@@ -16,13 +13,10 @@ def main(snakemake):
 
     torch.set_num_threads(params.threads)
     bandwidth = triad_bandwidth(params.device)
-    write_json(
-        snakemake.output[0],
-        {
-            "memory_bandwidth": {**bandwidth, "pinned_cpus": cpus if params.device == "cpu" else None},
-            "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
-        },
-        schema_name="machine",
+    stage.write(
+        stage.output[0],
+        {"memory_bandwidth": {**bandwidth, "pinned_cpus": cpus if params.device == "cpu" else None}},
+        schema="machine",
     )
     print(
         f"memory bandwidth: best {bandwidth['best_bytes_per_s'] / 1e9:.1f} GB/s, median "
@@ -31,5 +25,4 @@ def main(snakemake):
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

@@ -2,16 +2,15 @@
 
 from pathlib import Path
 
-from infbench.core.rule_logging import rule_logging
+from infbench.core.stage import run_stage
 from infbench.model.folder import resolve_model
 
 
-def main(snakemake):
-    download = Path(snakemake.input.download) if snakemake.input.download else None
-    facts = resolve_model(snakemake.params.spec, Path(snakemake.output[0]), download)
+def main(stage):
+    download = Path(stage.input.download) if stage.input.download else None
+    facts = resolve_model(stage.params.spec, Path(stage.output[0]), download)
     print(f"{facts.name}: {facts.parameters:,} parameters, {facts.num_layers} layers")
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

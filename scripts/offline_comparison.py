@@ -2,24 +2,24 @@
 figures -> comparison.json."""
 
 from infbench.core.artifacts import read_json, read_jsonl, write_json
-from infbench.core.rule_logging import rule_logging
+from infbench.core.stage import run_stage
 from infbench.engines.settings import pin_process
 from infbench.offline.comparison import compare
 
 
-def main(snakemake):
-    params = snakemake.params
+def main(stage):
+    params = stage.params
     pin_process(params.threads, params.device)  # before torch creates its thread pool
 
     from infbench.offline.same_weights import gaps_under_hf
 
-    hf_rounds = [read_json(path) for path in snakemake.input.hf]
-    vllm_rounds = [read_json(path) for path in snakemake.input.vllm]
+    hf_rounds = [read_json(path) for path in stage.input.hf]
+    vllm_rounds = [read_json(path) for path in stage.input.vllm]
     gaps = gaps_under_hf(
-        str(snakemake.input.model),
+        str(stage.input.model),
         params.dtype,
         params.device,
-        read_jsonl(snakemake.input.workload),
+        read_jsonl(stage.input.workload),
         vllm_rounds[0]["greedy_outputs"],
     )
     comparison = compare(
@@ -30,7 +30,7 @@ def main(snakemake):
         device=params.device,
         dtype=params.dtype,
     )
-    write_json(snakemake.output[0], comparison, schema_name="comparison")
+    write_json(stage.output[0], comparison, schema_name="comparison")
     for ratio in comparison["ratios"]:
         print(f"{ratio['vllm_scenario']} / {ratio['hf_scenario']}: {ratio['output_throughput']}")
     for item in comparison["checks"]:
@@ -39,5 +39,4 @@ def main(snakemake):
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

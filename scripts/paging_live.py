@@ -3,43 +3,33 @@ per request against paging, each driven above its limit -> paging_live.json."""
 
 from pathlib import Path
 
-from infbench.core import provenance
-from infbench.core.artifacts import read_json, write_json
-from infbench.core.rule_logging import rule_logging
+from infbench.core.stage import run_stage
 from infbench.engines.server_metrics import server_kv_facts
-from infbench.engines.settings import engine_env, vllm_engine_args
-from infbench.engines.vllm_server import ServerError, VLLMServer, raise_on_sigterm, started_together
+from infbench.engines.servers import spec_from_params, start_server
+from infbench.engines.vllm_server import ServerError, started_together
 from infbench.kv.paging_live import compare, drive, live_ratio, predict, server_pools, study_arithmetic, study_requests
 
 
-def main(snakemake):
-    raise_on_sigterm()
-    params = snakemake.params
+def main(stage):
+    params = stage.params
     settings = params.paging_live
-    started = provenance.now_iso()
     from transformers import AutoTokenizer
 
-    model_dir = Path(snakemake.input.model)
-    facts = read_json(model_dir / "model.json")
-    requests = study_requests(AutoTokenizer.from_pretrained(model_dir), settings)
+    requests = study_requests(AutoTokenizer.from_pretrained(stage.model_dir), settings)
     pools = server_pools(settings, params.device)
-    servers = {}
-    for name, (block_size, num_blocks) in pools.items():
-        engine = {
-            **params.engine,
-            "max_model_len": settings["max_model_len"],
-            "block_size": block_size,
-            "enable_prefix_caching": False,
-            "max_num_seqs": settings["requests"],  # so that only memory limits how many run
-        }
-        servers[name] = VLLMServer(
-            vllm_engine_args(model_dir, params.dtype, engine, params.seed, params.device),
-            facts["name"],
-            Path(snakemake.log.servers) / f"{name}.log",
-            env=engine_env(params.threads, params.device),
-            startup_timeout_s=params.server["startup_timeout_s"],
-            extra_args={"num_gpu_blocks_override": num_blocks},
+    spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
+    servers = {
+        name: start_server(
+            spec.with_engine(
+                max_model_len=settings["max_model_len"],
+                block_size=block_size,
+                enable_prefix_caching=False,
+                max_num_seqs=settings["requests"],  # so that only memory limits how many run
+            ).with_flags(num_gpu_blocks_override=num_blocks),
+            Path(stage.log.servers) / f"{name}.log",
         )
+        for name, (block_size, num_blocks) in pools.items()
+    }
     results = []
     with started_together(list(servers.values())):
         for name, server in servers.items():
@@ -57,20 +47,18 @@ def main(snakemake):
                 f"{result['simulator']['replay_peak_running']}), peak waiting {live['peak_num_requests_waiting']:.0f}, "
                 f"preemptions {live['preemptions']:.0f} (replay {result['simulator']['replay_preemptions']})"
             )
-    write_json(
-        snakemake.output[0],
+    stage.write(
+        stage.output[0],
         {
-            "model": facts["name"],
+            "model": stage.facts["name"],
             "settings": settings,
             "study": study_arithmetic(),
             "servers": results,
             "live_ratio": live_ratio(results),
-            "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
         },
-        schema_name="paging_live",
+        schema="paging_live",
     )
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

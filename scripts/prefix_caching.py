@@ -3,48 +3,34 @@ taking turns on the shared-prefix and conversation request sets -> prefix_cachin
 
 from pathlib import Path
 
-from infbench.core import provenance
-from infbench.core.artifacts import read_json, read_jsonl, write_json
-from infbench.core.rule_logging import rule_logging
-from infbench.engines.settings import engine_env, vllm_engine_args
-from infbench.engines.vllm_server import VLLMServer, raise_on_sigterm, started_together
+from infbench.core.artifacts import read_jsonl
+from infbench.core.stage import run_stage
+from infbench.engines.servers import spec_from_params, start_server
+from infbench.engines.vllm_server import started_together
 from infbench.serving.prefix_caching import ARMS, run_rounds, summarize_sets
 from infbench.serving.prefix_sets import conversation_set, shared_prefix_set
 from infbench.workload.requests import Prompts
 
 
-def main(snakemake):
-    raise_on_sigterm()
-    params = snakemake.params
-    study = params.prefix_caching
-    started = provenance.now_iso()
+def main(stage):
+    params = stage.params
+    settings = params.prefix_caching
     from transformers import AutoTokenizer
 
-    model_dir = Path(snakemake.input.model)
-    facts = read_json(model_dir / "model.json")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    workload = read_jsonl(snakemake.input.workload)
+    tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
+    workload = read_jsonl(stage.input.workload)
     prompts = Prompts(tokenizer, workload[0]["api"])
     max_model_len = params.engine["max_model_len"]
     sets = [
-        shared_prefix_set(prompts, workload, study["shared_prefix"], max_model_len, params.seed),
-        conversation_set(prompts, workload, study["conversations"], max_model_len, params.seed),
+        shared_prefix_set(prompts, workload, settings["shared_prefix"], max_model_len, params.seed),
+        conversation_set(prompts, workload, settings["conversations"], max_model_len, params.seed),
     ]
+    # The dev-mode endpoint /reset_prefix_cache empties the cache before each pass.
+    spec = spec_from_params(params, stage.model_dir, stage.facts["name"]).with_env(VLLM_SERVER_DEV_MODE="1")
     servers = {
-        arm: VLLMServer(
-            vllm_engine_args(
-                model_dir,
-                params.dtype,
-                {**params.engine, "enable_prefix_caching": arm == "on"},
-                params.seed,
-                params.device,
-            ),
-            facts["name"],
-            Path(snakemake.log.servers) / f"prefix_caching_{arm}.log",
-            # The dev-mode endpoint /reset_prefix_cache empties the cache before each pass.
-            env={**engine_env(params.threads, params.device), "VLLM_SERVER_DEV_MODE": "1"},
-            startup_timeout_s=params.server["startup_timeout_s"],
-        )  # fmt: skip
+        arm: start_server(
+            spec.with_engine(enable_prefix_caching=arm == "on"), Path(stage.log.servers) / f"prefix_caching_{arm}.log"
+        )
         for arm in ARMS
     }
     with started_together(list(servers.values())):
@@ -53,27 +39,25 @@ def main(snakemake):
         rounds = run_rounds(
             servers,
             sets,
-            rounds=study["rounds"],
-            concurrency=study["concurrency"],
+            rounds=settings["rounds"],
+            concurrency=settings["concurrency"],
             interval_s=params.metrics_interval_s,
             timeout_s=params.server["request_timeout_s"],
         )
     results, checks = summarize_sets(sets, rounds, tokenizer, params.engine["block_size"])
-    write_json(
-        snakemake.output[0],
+    stage.write(
+        stage.output[0],
         {
-            "model": facts["name"],
-            "settings": study,
+            "model": stage.facts["name"],
+            "settings": settings,
             "api": prompts.api,
             "sets": results,
             "rounds": rounds,
             "checks": checks,
-            "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
         },
-        schema_name="prefix_caching",
+        schema="prefix_caching",
     )
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

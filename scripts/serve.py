@@ -2,30 +2,24 @@
 endpoint the user runs), run the study's request and the load sweep with the openai client,
 stop what it started -> server.json and load.json."""
 
-from pathlib import Path
-
-from infbench.core import provenance
-from infbench.core.artifacts import read_json, read_jsonl, write_json
-from infbench.core.rule_logging import rule_logging
-from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
+from infbench.core.artifacts import read_jsonl
+from infbench.core.stage import run_stage
+from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.servers import measured_server, spec_from_params
 from infbench.engines.settings import place_client
-from infbench.engines.vllm_server import raise_on_sigterm
 from infbench.serving.sweep import run_sweep, study_request
 from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template
 
 
-def main(snakemake):
-    raise_on_sigterm()
-    params = snakemake.params
-    started = provenance.now_iso()
+def main(stage):
+    params = stage.params
     from transformers import AutoTokenizer
 
-    model_dir = Path(snakemake.input.model)
-    facts = read_json(model_dir / "model.json")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    workload = read_jsonl(snakemake.input.workload)
-    server = measured_server(params, model_dir, facts["name"], snakemake.log.server)
+    tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
+    workload = read_jsonl(stage.input.workload)
+    spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
+    server = measured_server(spec, params.server["external"], stage.log.server)
     endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
     notes = []
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):
@@ -58,37 +52,34 @@ def main(snakemake):
         )
     for note in notes:
         print(f"note: {note}")
-    record = provenance.collect(params.provenance_config, params.threads, started, params.device)
-    write_json(
-        snakemake.output.server,
+    model = stage.facts["name"]
+    stage.write(
+        stage.output.server,
         {
-            "model": facts["name"],
+            "model": model,
             "endpoint": endpoint,
             "startup_s": server.startup_s,
             "host": server.host,
             "command": server.command[1:] if server.command else None,
             "kv": kv,
             "study_request": request,
-            "provenance": record,
         },
-        schema_name="server",
+        schema="server",
     )
-    write_json(
-        snakemake.output.load,
+    stage.write(
+        stage.output.load,
         {
-            "model": facts["name"],
+            "model": model,
             "endpoint": endpoint,
             "slo_ms": params.load["slo_ms"],
             "settings": params.load,
             "client_placement": placement,
             "levels": levels,
             "notes": notes,
-            "provenance": record,
         },
-        schema_name="load",
+        schema="load",
     )
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

@@ -1,26 +1,20 @@
 """Rule `slo_capacity`: the highest concurrency and request rate served within the SLO, found by
 bracketing and bisection on a server of the model (or the external endpoint) -> slo_capacity.json."""
 
-from pathlib import Path
-
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
-from infbench.core import provenance
-from infbench.core.artifacts import read_json, read_jsonl, write_json
-from infbench.core.rule_logging import rule_logging
-from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
+from infbench.core.artifacts import read_jsonl
+from infbench.core.stage import run_stage
+from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.servers import measured_server, spec_from_params
 from infbench.engines.settings import place_client, server_max_num_seqs
-from infbench.engines.vllm_server import raise_on_sigterm
 
 
-def main(snakemake):
-    raise_on_sigterm()
-    params = snakemake.params
-    started = provenance.now_iso()
-    model_dir = Path(snakemake.input.model)
-    facts = read_json(model_dir / "model.json")
-    workload = read_jsonl(snakemake.input.workload)
-    server = measured_server(params, model_dir, facts["name"], snakemake.log.server)
+def main(stage):
+    params = stage.params
+    workload = read_jsonl(stage.input.workload)
+    spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
+    server = measured_server(spec, params.server["external"], stage.log.server)
     external = isinstance(server, ExternalEndpoint)
     with server:
         placement = place_client(params.threads, params.device)
@@ -39,10 +33,10 @@ def main(snakemake):
         )
     served = result["concurrency"]["at_capacity"]
     throughput = served["output_throughput"]["mean"] if served else None
-    write_json(
-        snakemake.output[0],
+    stage.write(
+        stage.output[0],
         {
-            "model": facts["name"],
+            "model": stage.facts["name"],
             "endpoint": server.description() if external else None,
             "api": workload[0]["api"],
             "slo_ms": params.load["slo_ms"],
@@ -56,12 +50,10 @@ def main(snakemake):
                 "per_million_output_tokens": cost_per_million_output_tokens(params.cost["per_hour"], throughput),
                 "formula": "per_hour / (output tokens/s at the concurrency capacity x 3600) x 10^6",
             },
-            "provenance": provenance.collect(params.provenance_config, params.threads, started, params.device),
         },
-        schema_name="slo_capacity",
+        schema="slo_capacity",
     )
 
 
 if __name__ == "__main__":
-    with rule_logging(snakemake.log[0]):
-        main(snakemake)
+    run_stage(main, snakemake)

@@ -11,8 +11,6 @@ from urllib.parse import urlparse
 import httpx
 
 from infbench.core.errors import UserError
-from infbench.engines.settings import engine_env, vllm_engine_args
-from infbench.engines.vllm_server import VLLMServer
 
 
 class EndpointError(UserError):
@@ -87,18 +85,3 @@ class ExternalEndpoint:
 
     def __exit__(self, *exc) -> None:
         pass
-
-
-def measured_server(params, model_dir, served_name: str, log_path):
-    """The endpoint given in server.external, or a vLLM server of the model with the rule's
-    engine settings (`params`: a rule's dtype, engine, seed, device, threads, server), not yet entered."""
-    external = params.server.get("external")
-    if external:
-        return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
-    return VLLMServer(
-        vllm_engine_args(model_dir, params.dtype, params.engine, params.seed, params.device),
-        served_name,
-        log_path,
-        env=engine_env(params.threads, params.device),
-        startup_timeout_s=params.server["startup_timeout_s"],
-    )

@@ -80,15 +80,6 @@ def _die_with_parent():
         pass
 
 
-def raise_on_sigterm() -> None:
-    """SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C, so `finally` blocks run."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 class VLLMServer:
     metrics = True  # vLLM publishes /metrics
 

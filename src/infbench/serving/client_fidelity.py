@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from infbench.core.artifacts import read_json
 from infbench.core.checks import check, passes
 from infbench.core.metrics import aggregate
 from infbench.core.stats import paired_ratio
+from infbench.engines.servers import ServerSpec, start_server
+from infbench.engines.settings import place_client
 from infbench.serving.client import LoadRequest, run_level
 
 COMPARED = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms")
@@ -149,6 +152,55 @@ def alternate(ours, theirs, rounds: int, progress=print) -> list[dict]:
             f"vLLM's {record['vllm']['output_throughput']:.1f}"
         )
     return records
+
+
+def measure_client_fidelity(
+    spec: ServerSpec,
+    log_path: str | Path,
+    requests: list[LoadRequest],
+    *,
+    concurrency: int,
+    rounds: int,
+    interval_s: float,
+    timeout_s: float,
+    api: str = "completions",
+) -> dict:
+    """Start the server of `spec`, let both clients take turns on it with `requests`
+    (`rounds` each, alternating), stop it. Returns the rounds, vLLM's arguments, where the
+    client ran, and vLLM's own result file of the last round as text."""
+    with tempfile.TemporaryDirectory() as scratch, start_server(spec, log_path) as server:
+        scratch = Path(scratch)
+        placement = place_client(spec.threads, spec.device)
+        print(f"server ready on {server.base_url} after {server.startup_s:.1f} s; {placement['note']}")
+        dataset = scratch / "prompts.jsonl"
+        write_dataset(requests, dataset, api)
+        arguments = vllm_bench_arguments(
+            base_url=server.base_url,
+            served_name=server.served_name,
+            tokenizer_dir=Path(spec.model_dir),
+            dataset=dataset,
+            count=len(requests),
+            concurrency=concurrency,
+            seed=spec.seed,
+            result_dir=scratch,
+            api=api,
+        )
+        measured = alternate(
+            lambda: run_ours(
+                base_url=server.base_url,
+                served_name=server.served_name,
+                requests=requests,
+                concurrency=concurrency,
+                seed=spec.seed,
+                interval_s=interval_s,
+                timeout_s=timeout_s,
+                api=api,
+            ),
+            lambda: run_vllm_bench(arguments, scratch),
+            rounds,
+        )
+        vllm_result = (scratch / VLLM_RESULT).read_text()
+    return {"rounds": measured, "arguments": arguments, "placement": placement, "vllm_result": vllm_result}
 
 
 def fidelity_ratios(rounds: list[dict]) -> dict:

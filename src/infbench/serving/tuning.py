@@ -9,8 +9,9 @@ import itertools
 
 from infbench.capacity.slo_capacity import search_capacity
 from infbench.engines.server_metrics import server_kv_facts
-from infbench.engines.settings import kv_cache_bytes, server_max_num_seqs
-from infbench.engines.vllm_server import ServerError, VLLMServer
+from infbench.engines.servers import ServerSpec, start_server
+from infbench.engines.settings import server_max_num_seqs
+from infbench.engines.vllm_server import ServerError
 from infbench.serving.client import cycle_requests, run_level
 from infbench.serving.sweep import repeat_summary
 
@@ -23,49 +24,38 @@ def grid_cells(grid: dict) -> list[dict]:
 
 def run_tuning(
     *,
-    engine_args: dict,
-    served_name: str,
-    env: dict,
+    spec: ServerSpec,
     log_dir,
     workload: list[dict],
     tuning: dict,
-    server_settings: dict,
+    request_timeout_s: float,
     load: dict,
     capacity: dict,
-    device: str,
-    seed: int,
     tokenizer,
-    prefix_caching: bool,
     progress=print,
 ) -> list[dict]:
-    """One server start per grid cell, each under the same saturating closed-loop load, then
-    its SLO capacity searched (concurrency only, with the capacity settings)."""
+    """One server start per grid cell (the specification with the cell's settings), each under
+    the same saturating closed-loop load, then its SLO capacity searched (concurrency only, with
+    the capacity settings)."""
     requests = cycle_requests(workload, tuning["requests"])
     cells = []
     for index, cell in enumerate(grid_cells(tuning["grid"])):
-        args = dict(engine_args)
+        cell_spec = spec
         if "kv_cache_gib" in cell:
-            args["kv_cache_memory_bytes"] = kv_cache_bytes(cell["kv_cache_gib"])
+            cell_spec = cell_spec.with_engine(kv_cache_gib=cell["kv_cache_gib"])
         extra = {key: value for key, value in cell.items() if key != "kv_cache_gib"}
-        with VLLMServer(
-            args,
-            served_name,
-            f"{log_dir}/cell-{index}.log",
-            env=env,
-            extra_args=extra,
-            startup_timeout_s=server_settings["startup_timeout_s"],
-        ) as server:
+        with start_server(cell_spec.with_flags(**extra), f"{log_dir}/cell-{index}.log") as server:
             kv = server_kv_facts(server.base_url)
             run = asyncio.run(
                 run_level(
                     server.base_url,
-                    served_name,
+                    spec.served_name,
                     requests,
                     concurrency=tuning["concurrency"],
                     arrivals=None,
-                    seed=seed,
+                    seed=spec.seed,
                     interval_s=load["metrics_interval_s"],
-                    timeout_s=server_settings["request_timeout_s"],
+                    timeout_s=request_timeout_s,
                     api=workload[0]["api"],
                 )
             )
@@ -77,10 +67,10 @@ def run_tuning(
                 {**capacity, "rate": False},
                 load,
                 kv,
-                max_model_len=engine_args["max_model_len"],
-                max_num_seqs=server_max_num_seqs({**engine_args, **extra}, device),
-                seed=seed,
-                timeout_s=server_settings["request_timeout_s"],
+                max_model_len=spec.engine["max_model_len"],
+                max_num_seqs=server_max_num_seqs({**spec.engine, **extra}, spec.device),
+                seed=spec.seed,
+                timeout_s=request_timeout_s,
                 progress=progress,
             )["concurrency"]
         level = repeat_summary(
@@ -88,7 +78,7 @@ def run_tuning(
             requests,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
-            prefix_caching=prefix_caching,
+            prefix_caching=spec.engine["enable_prefix_caching"],
         )
         level.pop("requests")
         served = searched["at_capacity"]
