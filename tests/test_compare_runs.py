@@ -1,9 +1,11 @@
-"""Comparing real runs of the tiny model: the same settings twice, one engine setting changed,
-a run packed on one machine and compared on another, and vLLM's own result file, through the
-command a user (or a CI job) runs."""
+"""Comparing runs through the command a user (or a CI job) runs: runs built from the tiny run's
+real serving artifacts, the same again with other noise and with a planted slowdown (the
+statistics and the gate are under test, not vLLM), a run packed on one machine and compared on
+another, and vLLM's own result file from the tiny run."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import http.server
 import json
@@ -13,43 +15,65 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_checkout, snakemake, tiny_config, write_config
+from conftest import REPO
 
 from infbench.core.artifacts import read_json
-from infbench.runs.comparison import FASTER, NO_DIFFERENCE, NO_INTERVAL, SLOWER
+from infbench.runs.comparison import FASTER, NO_DIFFERENCE, NO_INTERVAL, SERVING_METRICS, SLOWER
 
 RUNS = [sys.executable, str(REPO / "scripts" / "runs.py")]
-# The serving stage alone, at one closed-loop level with three passes (intervals across passes
-# need them: with two, t = 12.7), so that a run is little more than a server start.
-SERVING_ONLY = {
-    "hf_baseline": {"enabled": False},
-    "vllm_offline": {"enabled": False},
-    "client_fidelity": {"enabled": False},
-    "tuning": {"enabled": False},
-    "prefix_caching": {"enabled": False},
-    "server": {"warm_requests": 1},
-    "load": {"concurrency": [4], "chat_concurrency": [], "request_rates": [], "ramp": None, "repeats": 3},
-}
+SERVING = (
+    "output_throughput",
+    "request_goodput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+)
+# Four passes per level in every planted run, each a real pass of the tiny run (in turn) with a
+# few per cent of noise: enough passes for intervals a test can read (with two, t = 12.7).
+PASSES = 4
 
 
 def runs_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*RUNS, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+def planted_run(tiny_run: Path, destination: Path, noise: list[float], scale: dict | None = None, engine=None) -> Path:
+    """A run built from the tiny run's real serving artifacts: every level's passes made PASSES
+    long from its real passes, each figure times (1 + noise[i]) and times scale[metric] (a
+    planted slowdown), and `engine` settings written into every artifact's provenance (what a
+    changed setting leaves there)."""
+    results = destination / "results" / "tiny"
+    results.mkdir(parents=True)
+    for name in ("server.json", "load.json", "workload_summary.json"):
+        artifact = read_json(tiny_run / "results" / "tiny" / name)
+        for level in artifact.get("levels", []):
+            real = level["repeats"]
+            level["repeats"] = []
+            for index in range(PASSES):
+                planted = copy.deepcopy(real[index % len(real)])
+                for metric in SERVING_METRICS:
+                    if planted.get(metric) is not None:
+                        planted[metric] *= (1 + noise[index]) * (scale or {}).get(metric, 1.0)
+                level["repeats"].append(planted)
+        if engine:
+            artifact["provenance"]["config"].setdefault("engine", {}).update(engine)
+        (results / name).write_text(json.dumps(artifact))
+    return destination
+
+
 @pytest.fixture(scope="module")
-def serving_runs(tmp_path_factory, tiny_model) -> dict[str, Path]:
-    """Three runs of the tiny model's serving stage, one after another: the same settings twice,
-    then with vLLM scheduling one request per step (engine.max_num_seqs: 1)."""
-    runs = {}
-    for name, engine in (("same", {}), ("same-again", {}), ("one-seq", {"max_num_seqs": 1})):
-        workdir = copy_checkout(tmp_path_factory.mktemp(name))
-        config = tiny_config(tiny_model, **json.loads(json.dumps(SERVING_ONLY)))
-        config["engine"].update(engine)
-        write_config(workdir, config)
-        # The serving artifacts only: the report and the KV check are not compared.
-        snakemake(workdir, "--cores", "8", "results/tiny/load.json")
-        runs[name] = workdir
-    return runs
+def serving_runs(tmp_path_factory, tiny_run) -> dict[str, Path]:
+    """The tiny run's serving levels as three runs: a baseline, the same again with other noise,
+    and one where vLLM scheduled one request per step (engine.max_num_seqs: 1), planted as a
+    first token twice as late and half the throughput."""
+    root = tmp_path_factory.mktemp("runs")
+    slower = {"median_ttft_ms": 2.0, "median_e2el_ms": 2.0, "output_throughput": 0.5, "request_goodput": 0.5}
+    return {
+        "same": planted_run(tiny_run, root / "same", [-0.03, 0.01, 0.03, -0.01]),
+        "same-again": planted_run(tiny_run, root / "same-again", [0.02, -0.02, 0.0, 0.01]),
+        "one-seq": planted_run(tiny_run, root / "one-seq", [0.01, -0.01, 0.02, -0.02], slower, {"max_num_seqs": 1}),
+    }
 
 
 def verdicts(comparison: dict, metric: str) -> dict[str, str]:
@@ -72,7 +96,8 @@ def test_the_same_settings_twice_show_no_throughput_difference(serving_runs, tmp
     record = read_json(tmp_path / "same.json")
     comparison = record["comparisons"][0]
     print("same settings, output throughput:", ratios(comparison, "output_throughput"))
-    assert verdicts(comparison, "output_throughput") == {"c=4": NO_DIFFERENCE}
+    levels = verdicts(comparison, "output_throughput")
+    assert levels and set(levels.values()) == {NO_DIFFERENCE}, levels
     # Nothing that shapes a measurement differs (config, versions, machine, commit), so the runs
     # are named by where they are.
     assert not [d["key"] for d in record["differences"] if d["key"].startswith(("config.", "versions.", "machine."))]
@@ -89,9 +114,9 @@ def test_one_request_per_step_is_slower_and_the_gate_fails_on_it(serving_runs, t
         print(metric, ratios(comparison, metric))
     # What differs comes first and names the runs.
     assert record["differences"][0]["key"] == "config.engine.max_num_seqs"
-    assert record["differences"][0]["values"] == ["(absent)", "1"]
+    assert record["differences"][0]["values"][1] == "1"
     assert record["runs"][1]["label"] == "engine.max_num_seqs=1"
-    # At concurrency 4 every request but one waits: the first token comes later and throughput falls.
+    # The planted slowdown: the first token later and throughput down at every level.
     assert verdicts(comparison, "median_ttft_ms")["c=4"] == SLOWER
     assert verdicts(comparison, "output_throughput")["c=4"] == SLOWER
     # The gate: exit 1, naming each regressed figure and by how much; the page is written first.

@@ -1,6 +1,8 @@
-"""Measuring a server the pipeline did not start: a vLLM server run by this test with an API key
-(as a user's own deployment would be), a ShareGPT file of the user's, and chat requests through
-the model's template. The key is read from the variable the config names and is written nowhere."""
+"""Measuring a server the pipeline did not start: an OpenAI-compatible server run by this test
+with an API key (the reference server, counting prompts with the tiny model's tokenizer and
+template, as a user's own deployment would), a ShareGPT file of the user's, and chat requests
+through the model's template. The key is read from the variable the config names and is written
+nowhere. What is under test is the pipeline's handling of an endpoint, not vLLM."""
 
 from __future__ import annotations
 
@@ -17,10 +19,9 @@ from infbench.core.checks import STATUS_RANK
 from infbench.core.metrics import RequestResult
 from infbench.engines.external_endpoint import EndpointError, ExternalEndpoint
 from infbench.engines.server_metrics import MetricsSeries
-from infbench.engines.settings import engine_env, vllm_engine_args
-from infbench.engines.vllm_server import VLLMServer
 from infbench.serving.client import LevelRun, LoadRequest, StreamedResult
 from infbench.serving.level_checks import validity_checks
+from infbench.serving.reference_server import ReferenceServer, Schedule
 
 KEY_VARIABLE = "INFBENCH_TEST_ENDPOINT_KEY"
 SERVED_NAME = "tiny-served-elsewhere"
@@ -40,14 +41,13 @@ def key() -> str:
 
 @pytest.fixture(scope="module")
 def endpoint(tiny_model, tmp_path_factory, key):
-    """A vLLM server of the tiny model, started outside Snakemake, that requires `key`."""
-    engine = tiny_config(tiny_model)["engine"]
-    server = VLLMServer(
-        vllm_engine_args(tiny_model, "float32", engine, 0, "cpu"),
+    """A server of the tiny model's tokenizer, started outside Snakemake, that requires `key`."""
+    server = ReferenceServer(
         SERVED_NAME,
         tmp_path_factory.mktemp("endpoint") / "server.log",
-        env=engine_env(2, "cpu"),
-        extra_args={"api_key": key},
+        Schedule(ttft_ms=100, itl_ms=10, block_size=128),
+        tokenizer=tiny_model,
+        api_key=key,
     )
     with server:
         yield server
