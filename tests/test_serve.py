@@ -48,10 +48,10 @@ def processes() -> list[tuple[int, int, str, str]]:
     return found
 
 
-def server_group(port: str) -> int:
-    """The process group of the API server listening on `port` (it leads its own group)."""
-    leaders = [pgid for pid, pgid, state, cmd in processes() if "api_server" in cmd and f"--port {port} " in cmd + " "]
-    assert leaders, f"no vLLM server on port {port}"
+def server_group(port: str, program: str = "api_server") -> int:
+    """The process group of the server listening on `port` (it leads its own group)."""
+    leaders = [pgid for pid, pgid, state, cmd in processes() if program in cmd and f"--port {port} " in cmd + " "]
+    assert leaders, f"no {program} server on port {port}"
     return leaders[0]
 
 
@@ -278,38 +278,81 @@ def rule_script_pid(workdir: Path) -> int:
     raise AssertionError("no serve script process")
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm-to-job", "sigterm-to-snakemake"])
-def test_interrupting_stops_the_server(tmp_path, tiny_model, how):
-    """Ctrl-C stops the job; SIGTERM to the job (a scheduler's kill) unwinds through the
-    server's stop; SIGTERM to Snakemake lets running jobs finish (Snakemake's graceful
-    exit), after which the rule stops its server. Never an orphan, never a bound port."""
-    graceful = how == "sigterm-to-snakemake"
-    workdir = serve_workdir(tmp_path, tiny_model, requests_per_level=16 if graceful else 2000)
+def test_a_schedulers_sigterm_to_the_job_stops_the_vllm_server(tmp_path, tiny_model):
+    """SIGTERM to the job (a scheduler's kill) unwinds through the server's stop: never an
+    orphan, never a bound port, no artifact, one line saying so. Ctrl-C and every other way a
+    stage is stopped take the same path, and are tested on the reference server below."""
+    workdir = serve_workdir(tmp_path, tiny_model, requests_per_level=2000)
     run = start_snakemake(workdir, "results/tiny/load.json")
     log = workdir / "logs/serve/tiny.log"
     port = wait_for_line(log, r"server ready on http://127\.0\.0\.1:(\d+)").group(1)
     pgid = server_group(port)
-    if how == "ctrl-c":
-        os.killpg(run.pid, signal.SIGINT)  # the terminal signals the whole foreground group
-    elif how == "sigterm-to-job":
-        os.kill(rule_script_pid(workdir), signal.SIGTERM)
-    else:
-        run.send_signal(signal.SIGTERM)
+    os.kill(rule_script_pid(workdir), signal.SIGTERM)
     try:
         stdout, stderr = run.communicate(timeout=300)
     except subprocess.TimeoutExpired:
         for group in (run.pid, pgid):  # leave nothing running for the tests after this one
             os.killpg(group, signal.SIGKILL)
         raise
-    assert not wait_gone(pgid, 60), f"server survived {how}"
+    assert not wait_gone(pgid, 60), "server survived SIGTERM to its job"
     assert port_is_free(int(port))
-    load = workdir / "results/tiny/load.json"
-    if graceful:
-        validate(read_json(load), "load")
+    assert run.returncode != 0 and not (workdir / "results/tiny/load.json").exists()
+    assert "interrupted" in stderr + stdout
+
+
+# A stage as run_stage runs it, holding a server: what every server rule does.
+STAGE_HOLDING_A_SERVER = """
+import sys, time
+from types import SimpleNamespace
+from infbench.core.stage import run_stage
+from infbench.serving.reference_server import ReferenceServer
+
+class Log(list):
+    server = sys.argv[2]
+
+def main(stage):
+    with ReferenceServer("m", stage.log.server) as server:
+        print(f"server ready on {server.base_url}", flush=True)
+        time.sleep(300)
+
+run_stage(main, SimpleNamespace(input={}, output={}, params={}, log=Log([sys.argv[1]])))
+"""
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "ctrl-c-to-the-group"])
+def test_a_stopped_stage_stops_its_server_and_says_so(tmp_path, how):
+    """Ctrl-C (SIGINT), SIGTERM, and Ctrl-C at a terminal (SIGINT to the foreground group; the
+    server leads a session of its own) unwind through the server's stop: the stage exits 1 with
+    one line, its server's whole group is gone and its port free."""
+    driver = tmp_path / "stage.py"
+    driver.write_text(STAGE_HOLDING_A_SERVER)
+    log = tmp_path / "stage.log"
+    run = subprocess.Popen(
+        [sys.executable, str(driver), str(log), str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    port = wait_for_line(log, r"server ready on http://127\.0\.0\.1:(\d+)", timeout_s=60).group(1)
+    pgid = server_group(port, "reference_server")
+    if how == "ctrl-c":
+        os.kill(run.pid, signal.SIGINT)
+    elif how == "sigterm":
+        os.kill(run.pid, signal.SIGTERM)
     else:
-        assert run.returncode != 0 and not load.exists()
-    if how == "sigterm-to-job":
-        assert "interrupted" in stderr + stdout
+        os.killpg(run.pid, signal.SIGINT)
+    try:
+        stdout, stderr = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        for group in (run.pid, pgid):
+            os.killpg(group, signal.SIGKILL)
+        raise
+    assert run.returncode == 1, stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted; partial outputs were removed")
+    assert not wait_gone(pgid, 30), f"server survived {how}"
+    assert port_is_free(int(port))
 
 
 def test_the_client_moves_off_the_engines_cores_where_there_are_others():
