@@ -32,9 +32,14 @@ lint: setup
 	snakemake --lint
 	snakemake --lint --snakefile workflow/compare/Snakefile --config runs='[baseline, candidate]'
 
+# Two groups, each timed: the fast tests (pure Python, the reference server, dry runs), then
+# the slow ones (real vLLM, the tiny model's pipeline run once and shared).
 test: setup
 	bash scripts/setup-test-system.sh
-	python -m pytest
+	@started=$$(date +%s); echo "== test group 1 of 2: fast"; python -m pytest -m "not slow"; status=$$?; \
+	echo "== test group fast took $$(( $$(date +%s) - started )) s"; exit $$status
+	@started=$$(date +%s); echo "== test group 2 of 2: slow (real engines and pipeline runs)"; python -m pytest -m slow; \
+	status=$$?; echo "== test group slow took $$(( $$(date +%s) - started )) s"; exit $$status
 
 test-fast: setup
 	python -m pytest -m "not slow"
