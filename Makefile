@@ -9,7 +9,7 @@ LOCK := envs/cpu.lock.txt
 STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml envs/setup-venv.sh | sha1sum | cut -c1-12)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup report test test-fast lint dry-run lock lock-checksums clean-results stage-times
+.PHONY: setup report test test-fast lint dry-run lock lock-checksums clean-results stage-times config-docs
 
 setup: $(STAMP)
 
@@ -43,6 +43,10 @@ test: setup
 
 test-fast: setup
 	python -m pytest -m "not slow"
+
+# config/README.md from the descriptions and defaults in workflow/schemas/config.schema.yaml.
+config-docs: setup
+	python scripts/config_docs.py
 
 # Re-resolve the pinned environment from envs/requirements-cpu.in (needs the package index).
 lock:
