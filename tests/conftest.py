@@ -77,10 +77,23 @@ PIPELINE_RULES = {
 }
 
 
+def merge_config(base: dict, overlay: dict) -> dict:
+    """`overlay` over `base` as Snakemake merges a --configfile over the Snakefile's configfile:
+    mappings key by key, recursively; any other value (a list too) replaces the base's."""
+    merged = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_config(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
 def tiny_config(model_dir: Path, **overrides) -> dict:
-    """The test configuration (.test/config/config.yaml) on the tiny model, with `overrides`
+    """The test configuration on the tiny model: the overlay .test/config/config.yaml merged over
+    config/config.yaml (as `--configfile .test/config/config.yaml` does), with `overrides`
     merged into its sections."""
-    config = yaml.safe_load(TEST_CONFIG.read_text())
+    config = merge_config(load_default_config(), yaml.safe_load(TEST_CONFIG.read_text()))
     config["models"][0]["path"] = str(model_dir)
     for section, values in overrides.items():
         config[section].update(values)

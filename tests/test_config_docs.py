@@ -1,14 +1,15 @@
 """The config documented once: config/README.md is generated from the schema's descriptions and
-defaults, and every key config/config.yaml sets is described there."""
+defaults, every key config/config.yaml sets is described there, and the test configuration is
+an overlay naming only what it changes."""
 
 import copy
 import subprocess
 import sys
 
 import yaml
-from conftest import REPO, load_default_config
+from conftest import REPO, TEST_CONFIG, load_default_config, merge_config, tiny_config
 
-from infbench.core.config import fill_defaults, load_schema
+from infbench.core.config import fill_defaults, load_schema, validate_config
 from infbench.core.config_docs import README_PATH, SCHEMA_PATH, format_value, render
 
 SCHEMA = REPO / SCHEMA_PATH
@@ -61,6 +62,22 @@ def undocumented(config: dict, schema: dict) -> list[str]:
 
     walk_keys(config, "")
     return sorted(set(missing))
+
+
+def unchanged_keys(overlay: dict, base: dict, prefix: str = "") -> list[str]:
+    """Keys of `overlay` that change nothing when merged over `base`: a value equal to the
+    base's, or a mapping that names nothing new."""
+    found = []
+    for key, value in overlay.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            inner = unchanged_keys(value, base[key], f"{path}.")
+            found += inner
+            if all(f"{path}.{inner_key}" in inner for inner_key in value):
+                found.append(path)
+        elif key in base and base[key] == value:
+            found.append(path)
+    return found
 
 
 def default_config_filled() -> dict:
@@ -144,3 +161,30 @@ def test_schema_defaults_are_what_the_default_config_ships():
 
     walk(default_config_filled(), schema, "")
     assert wrong == []
+
+
+def test_test_config_is_an_overlay_naming_only_what_it_changes():
+    overlay = yaml.safe_load(TEST_CONFIG.read_text())
+    assert unchanged_keys(overlay, default_config_filled()) == []
+    planted = merge_config(overlay, {"seed": 0, "hardware": {"threads": 2}, "load": {"burstiness": 1.0}})
+    found = unchanged_keys(planted, default_config_filled())
+    assert sorted(found) == ["hardware", "hardware.threads", "load.burstiness", "seed"]
+    assert unchanged_keys({"cost": {}, "capacity": {"tolerance": 0.25}}, default_config_filled()) == [
+        "cost",
+        "capacity.tolerance",
+        "capacity",
+    ]
+
+
+def test_tiny_config_merges_the_overlay_as_snakemake_does(tmp_path):
+    from snakemake.utils import update_config
+
+    expected = load_default_config()
+    update_config(expected, yaml.safe_load(TEST_CONFIG.read_text()))
+    expected["models"][0]["path"] = str(tmp_path)
+    config = tiny_config(tmp_path)
+    assert config == expected
+    assert config["load"]["slo_ms"] == {"ttft": 250, "tpot": 250} and config["tuning"]["grid"] == {"max_num_seqs": [8]}
+    assert config["prefix_caching"]["shared_prefix"] == {"groups": 2, "tokens": 160, "requests": 8}
+    (tmp_path / "config.json").write_text("{}")
+    validate_config(config, SCHEMA, REPO)
