@@ -49,19 +49,23 @@ def _resolve_ref(schema: dict, ref: str) -> dict:
 
 
 def _describe_allowed(node: dict) -> str:
-    if "description" in node:
-        return node["description"]
+    """What a key allows, short: its values or bounds and its description's first sentence where
+    that is short (the whole description is in config/README.md)."""
+    parts = []
     if "enum" in node:
-        return "one of " + ", ".join(map(str, node["enum"]))
-    if "properties" in node:
-        return "keys " + ", ".join(node["properties"])
-    bounds = []
-    if "type" in node:
-        bounds.append(str(node["type"]))
-    for word, key in ((">=", "minimum"), (">", "exclusiveMinimum"), ("<=", "maximum")):
-        if key in node:
-            bounds.append(f"{word} {node[key]}")
-    return " ".join(bounds) or "see config/README.md"
+        parts.append("one of " + ", ".join(map(str, node["enum"])))
+    else:
+        bounds = [str(node["type"])] if isinstance(node.get("type"), str) and node["type"] != "object" else []
+        for word, key in ((">=", "minimum"), (">", "exclusiveMinimum"), ("<=", "maximum")):
+            if key in node:
+                bounds.append(f"{word} {node[key]}")
+        parts += [" ".join(bounds)] if bounds else []
+    sentence = node.get("description", "").strip().split(". ")[0].rstrip(".")
+    if sentence and (len(sentence) <= 160 or not parts):
+        parts.append(sentence if len(sentence) <= 160 else sentence[:157] + "...")
+    if not parts and "properties" in node:
+        parts.append("keys " + ", ".join(node["properties"]))
+    return "; ".join(parts) or "see config/README.md"
 
 
 def _schema_message(error: jsonschema.ValidationError, schema: dict) -> str:
