@@ -30,7 +30,7 @@ lint: setup
 	ruff format --check .
 	snakefmt --check .
 	snakemake --lint
-	snakemake --lint --snakefile workflow/compare/Snakefile --config runs='[baseline, candidate]'
+	snakemake --lint --snakefile workflow/run_comparison/Snakefile --config runs='[baseline, candidate]'
 
 # Two groups, each timed: the fast tests (pure Python, the reference server, dry runs), then
 # the slow ones (real vLLM, the tiny model's pipeline run once and shared).

@@ -7,7 +7,15 @@ from infbench.core.stage import run_stage
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params, start_server
 from infbench.engines.vllm_server import ServerError, started_together
-from infbench.kv.paging_live import compare, drive, live_ratio, predict, server_pools, study_arithmetic, study_requests
+from infbench.kv.paging_live import (
+    drive,
+    live_ratio,
+    predict,
+    server_pools,
+    side_by_side,
+    study_arithmetic,
+    study_requests,
+)
 
 
 def main(stage):
@@ -39,7 +47,7 @@ def main(stage):
             live = drive(server, requests, params.metrics_interval_s, params.server["request_timeout_s"])
             if not server.alive():
                 raise ServerError(f"the {name} server died while driven; its log:\n{server.log_tail()}")
-            result = compare(name, block_size, kv, predict(settings, block_size, num_blocks), live)
+            result = side_by_side(name, block_size, kv, predict(settings, block_size, num_blocks), live)
             results.append(result)
             print(
                 f"{name}: peak running {live['peak_num_requests_running']:.0f} (simulator: "

@@ -82,7 +82,7 @@ def validate_rows(rows):
         validate(row, "workload_request")
 
 
-def test_the_tiny_runs_prefix_caching_study(tiny_run):
+def test_the_tiny_runs_prefix_caching_stage(tiny_run):
     study = read_json(tiny_run / "results/tiny/prefix_caching.json")
     validate(study, "prefix_caching")
     assert [r["order"] for r in study["rounds"]] == [["off", "on"], ["on", "off"]]

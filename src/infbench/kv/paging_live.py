@@ -112,7 +112,7 @@ def drive(server, requests: list[LoadRequest], interval_s: float, timeout_s: flo
     }
 
 
-def compare(name: str, block_size: int, kv: dict, predicted: dict, live: dict) -> dict:
+def side_by_side(name: str, block_size: int, kv: dict, predicted: dict, live: dict) -> dict:
     """One server's three answers, and the checks that can fail: the pool is what was asked
     for, the load went above it, and (one block per request) vLLM ran exactly as many requests
     at once as the simulator admits."""

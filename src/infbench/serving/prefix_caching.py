@@ -32,7 +32,7 @@ def reset_prefix_cache(base_url: str) -> None:
     if response.status_code != 200:
         raise ServerError(
             f"{base_url}/reset_prefix_cache answered HTTP {response.status_code}; the server must run with "
-            "VLLM_SERVER_DEV_MODE=1 for the prefix-caching study"
+            "VLLM_SERVER_DEV_MODE=1 for the prefix-caching stage"
         )
 
 

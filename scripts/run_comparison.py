@@ -1,4 +1,4 @@
-"""Rule `compare_runs` (workflow/compare/Snakefile): the runs, however they were fetched -> the
+"""Rule `run_comparison` (workflow/run_comparison/Snakefile): the runs, however they were fetched -> the
 comparison page and its JSON."""
 
 from infbench.core.rule_logging import rule_logging

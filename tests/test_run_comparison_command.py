@@ -171,7 +171,7 @@ def test_a_vllm_bench_result_file_sits_beside_a_run(tiny_run, tmp_path):
 
 
 def test_the_comparison_workflow_reads_a_run_through_a_storage_plugin(serving_runs, tmp_path):
-    """workflow/compare/Snakefile with the candidate as an http:// URL, fetched by Snakemake's
+    """workflow/run_comparison/Snakefile with the candidate as an http:// URL, fetched by Snakemake's
     http storage plugin from a server in this process."""
     runs_cli("pack", serving_runs["one-seq"], "-o", tmp_path / "served" / "node.tar.gz", cwd=tmp_path)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "served"))
@@ -183,7 +183,7 @@ def test_the_comparison_workflow_reads_a_run_through_a_storage_plugin(serving_ru
         result = subprocess.run(
             [
                 str(Path(sys.executable).parent / "snakemake"),
-                "--snakefile", str(REPO / "workflow" / "compare" / "Snakefile"),
+                "--snakefile", str(REPO / "workflow" / "run_comparison" / "Snakefile"),
                 "--directory", str(workdir),
                 "--cores", "1",
                 "--config", f"runs=[{serving_runs['same']}, {url}]", "threshold=0.1",
