@@ -75,6 +75,8 @@ def project(tmp_path: Path, tiny_model: Path, base_url: str) -> Path:
             "external": {"base_url": f"{base_url}/v1", "model": SERVED_NAME, "api_key_env": KEY_VARIABLE},
         },
         load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6},
+        # The capacity search runs against an endpoint too; a short one, concurrency only.
+        capacity={"max_concurrency": 16, "rate": False},
     )
     config["workload"].update(
         api="chat", source="dataset", dataset={"path": "data/my-conversations.json", "num_requests": 10}

@@ -5,8 +5,10 @@ intervals, the capacity search's decisions, external endpoints and their keys), 
 stand-in for vLLM where vLLM's behaviour is the claim.
 
 The schedule: a request waits for one of `max_num_seqs` slots (waiting, then running), its
-first token comes `ttft_ms` after it got its slot, and every later token `itl_ms` after the one
-before; it always returns exactly `max_tokens` tokens. Each running request holds
+first token comes `ttft_ms` after it got its slot, and every later token
+`itl_ms + itl_ms_per_running x (requests running)` after the one before (a decode step that
+slows as the batch grows, so that a TPOT SLO has a known capacity); it always returns exactly
+`max_tokens` tokens. Each running request holds
 ceil((prompt + generated) / block_size) of `num_blocks` KV blocks. With prefix caching on, a
 prompt's whole blocks (short of its last token) that an earlier prompt shared are counted as
 hits, as vLLM counts them. Prompts are counted by the model's own tokenizer (chat through its
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import sys
@@ -36,6 +39,7 @@ TOKEN_TEXT = " a"
 class Schedule:
     ttft_ms: float = 40.0
     itl_ms: float = 10.0
+    itl_ms_per_running: float = 0.0
     max_num_seqs: int = 8
     num_blocks: int = 1024
     block_size: int = 128
@@ -126,7 +130,8 @@ def build_app(name: str, schedule: Schedule, tokenizer=None, api_key: str | None
                     state.cached_blocks.update(keys)
                 for index in range(tokens):
                     state.held_blocks[request_id] = math.ceil((len(ids) + index + 1) / schedule.block_size)
-                    await asyncio.sleep((schedule.ttft_ms if index == 0 else schedule.itl_ms) / 1000)
+                    step = schedule.itl_ms + schedule.itl_ms_per_running * state.running
+                    await asyncio.sleep((schedule.ttft_ms if index == 0 else step) / 1000)
                     await emit(index)
             finally:
                 state.held_blocks.pop(request_id, None)
@@ -240,18 +245,15 @@ def build_app(name: str, schedule: Schedule, tokenizer=None, api_key: str | None
 def reference_command(
     host: str, port: int, served_name: str, schedule: Schedule, tokenizer: str | None, api_key: str | None
 ) -> list[str]:
+    """The server's command line: every field of the schedule as its flag."""
     command = [sys.executable, "-m", "infbench.serving.reference_server", "--host", host, "--port", str(port)]
-    command += [
-        "--served-model-name",
-        served_name,
-        "--ttft-ms",
-        str(schedule.ttft_ms),
-        "--itl-ms",
-        str(schedule.itl_ms),
-    ]
-    command += ["--max-num-seqs", str(schedule.max_num_seqs), "--num-blocks", str(schedule.num_blocks)]
-    command += ["--block-size", str(schedule.block_size)]
-    command += ["--prefix-caching"] if schedule.prefix_caching else []
+    command += ["--served-model-name", served_name]
+    for name, value in dataclasses.asdict(schedule).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            command += [flag] if value else []
+        else:
+            command += [flag, str(value)]
     command += ["--tokenizer", str(tokenizer)] if tokenizer else []
     command += ["--api-key", api_key] if api_key else []
     return command
@@ -287,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api-key")
     parser.add_argument("--ttft-ms", type=float, default=Schedule.ttft_ms)
     parser.add_argument("--itl-ms", type=float, default=Schedule.itl_ms)
+    parser.add_argument("--itl-ms-per-running", type=float, default=Schedule.itl_ms_per_running)
     parser.add_argument("--max-num-seqs", type=int, default=Schedule.max_num_seqs)
     parser.add_argument("--num-blocks", type=int, default=Schedule.num_blocks)
     parser.add_argument("--block-size", type=int, default=Schedule.block_size)
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     schedule = Schedule(
         options.ttft_ms,
         options.itl_ms,
+        options.itl_ms_per_running,
         options.max_num_seqs,
         options.num_blocks,
         options.block_size,

@@ -32,11 +32,12 @@ def run_tuning(
     load: dict,
     capacity: dict,
     tokenizer,
+    start=start_server,
     progress=print,
 ) -> list[dict]:
-    """One server start per grid cell (the specification with the cell's settings), each under
-    the same saturating closed-loop load, then its SLO capacity searched (concurrency only, with
-    the capacity settings)."""
+    """One server start per grid cell (the specification with the cell's settings, started by
+    `start`), each under the same saturating closed-loop load, then its SLO capacity searched
+    (concurrency only, with the capacity settings)."""
     requests = cycle_requests(workload, tuning["requests"])
     cells = []
     for index, cell in enumerate(grid_cells(tuning["grid"])):
@@ -44,7 +45,7 @@ def run_tuning(
         if "kv_cache_gib" in cell:
             cell_spec = cell_spec.with_engine(kv_cache_gib=cell["kv_cache_gib"])
         extra = {key: value for key, value in cell.items() if key != "kv_cache_gib"}
-        with start_server(cell_spec.with_flags(**extra), f"{log_dir}/cell-{index}.log") as server:
+        with start(cell_spec.with_flags(**extra), f"{log_dir}/cell-{index}.log") as server:
             kv = server_kv_facts(server.base_url)
             run = asyncio.run(
                 run_level(
