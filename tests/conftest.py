@@ -54,7 +54,7 @@ def tiny_model(embedded_model) -> Path:
 
 
 TEST_CONFIG = REPO / ".test" / "config" / "config.yaml"
-# Every rule downstream of the model folder, with tuning on and two offline rounds as in the
+# Every rule downstream of the model folder, with two offline rounds as in the
 # test configuration.
 PIPELINE_RULES = {
     "model",
@@ -68,7 +68,6 @@ PIPELINE_RULES = {
     "serve",
     "client_fidelity",
     "kv_validation",
-    "tuning",
     "prefix_caching",
     "slo_capacity",
     "paging_live",

@@ -204,10 +204,11 @@ def test_measuring_jobs_never_overlap(tiny_run, artifacts):
     Each measuring rule takes the bench_slot resource that the default profile caps at 1,
     and the real run's measurement windows are disjoint."""
     jobs = dry_run_jobs(snakemake(tiny_run, "--cores", "8", "--dry-run", "--forceall").stdout)
-    for rule in (*MEASURING_RULES, "serve", "tuning"):
+    served = ("serve", "client_fidelity", "prefix_caching", "slo_capacity", "paging_live")
+    for rule in (*MEASURING_RULES, *served):
         assert "bench_slot=1" in jobs[rule], jobs[rule]
     measured = {name: artifacts[name] for name in (*MEASURING_RULES, *ROUND_ARTIFACTS)}
-    measured.update({name: read_json(tiny_run / f"results/tiny/{name}.json") for name in ("load", "tuning")})
+    measured.update({name: read_json(tiny_run / f"results/tiny/{name}.json") for name in ("load", *served[1:])})
     windows = sorted(
         (
             datetime.fromisoformat(artifact["provenance"]["started"]),

@@ -1,0 +1,47 @@
+"""The study's 4.8x on vLLM itself: the tiny run's two servers on the study's 10,000-slot pool,
+and the predictions they are held to."""
+
+import pytest
+
+
+def test_one_block_per_request_admits_exactly_the_pool(tiny_run):
+    """The server whose block is max_model_len tokens: each request holds one block, so vLLM runs
+    exactly as many at once as its pool lends (num_blocks - 1), as the simulator predicts."""
+    from infbench.core.artifacts import read_json, validate
+
+    paging = read_json(tiny_run / "results/tiny/paging_live.json")
+    validate(paging, "paging_live")
+    contiguous, paged = paging["servers"]
+    assert contiguous["kv"]["block_size"] == 512 and contiguous["kv"]["num_blocks"] == 10_000 // 512
+    assert contiguous["vllm"]["peak_num_requests_running"] == contiguous["simulator"]["users_at_peak_footprint"] == 18
+    assert contiguous["vllm"]["peak_num_requests_waiting"] > 0 and contiguous["vllm"]["preemptions"] == 0
+    assert paged["kv"]["block_size"] == 32 and paged["kv"]["num_blocks"] == 10_000 // 32
+    assert paged["vllm"]["peak_num_requests_waiting"] > 0
+    for server in (contiguous, paged):
+        assert server["vllm"]["completed"] == server["vllm"]["requests"] == 100
+        assert server["vllm"]["prompt_tokens_as_sent"]
+        assert all(check["status"] == "pass" for check in server["checks"]), server["checks"]
+    # Paged, vLLM's peak is the replay's give or take a request or two (it admits over several steps).
+    assert abs(paged["vllm"]["peak_num_requests_running"] - paged["simulator"]["replay_peak_running"]) <= 3
+    assert paging["live_ratio"] == pytest.approx(
+        paged["vllm"]["peak_num_requests_running"] / contiguous["vllm"]["peak_num_requests_running"]
+    )
+    assert paging["study"]["contiguous_users"] == 19 and paging["study"]["paged_users"] == 92
+
+
+def test_paging_predictions_on_the_study_pool():
+    from infbench.kv.paging_live import predict, server_pools, study_trace
+
+    settings = {"pool_tokens": 10_000, "max_model_len": 512, "requests": 100, "output_tokens": 8}
+    pools = server_pools(settings, "cpu")
+    assert pools == {"contiguous": (512, 19), "paged_32": (32, 312)}
+    assert server_pools(settings, "cuda")["paged_16"] == (16, 625)
+    # vLLM stores prompt + output - 1 tokens: the last sampled token is never fed back.
+    assert [r.final for r in study_trace(settings)[:5]] == [52, 135, 30, 263, 74]
+    contiguous = predict(settings, 512, 19)
+    assert contiguous["users_at_peak_footprint"] == contiguous["replay_peak_running"] == 18
+    assert contiguous["replay_preemptions"] == 0
+    # Paged at 32: blocks 2 + 5 + 1 + 9 + 3 = 20 per five requests at their peak, 311 lent: 15 rounds
+    # of five (300 blocks), then 2 + 5 + 1 more requests fit (308) and the 9-block one does not.
+    paged = predict(settings, 32, 312)
+    assert paged["users_at_peak_footprint"] == 78
