@@ -25,17 +25,10 @@ from infbench.core.hardware import resolve_dtype
 from infbench.engines.servers import ServerSpec
 from infbench.serving.client import cycle_requests
 from infbench.serving.client_fidelity import fidelity_ratios, measure_client_fidelity
+from infbench.serving.sweep import ACROSS_REPEATS
 
 REPO = Path(__file__).resolve().parents[1]
-SHOWN = (
-    "output_throughput",
-    "request_throughput",
-    "median_ttft_ms",
-    "median_tpot_ms",
-    "median_itl_ms",
-    "median_e2el_ms",
-    "client_cpu_s",
-)
+SHOWN = (*ACROSS_REPEATS, "client_cpu_s")
 
 
 def main():
