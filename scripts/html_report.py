@@ -1,4 +1,6 @@
-"""Rule `html_report`: every artifact, through the declared template -> results/report.html."""
+"""Rule `html_report`: every artifact, through the declared template -> results/report.html. The
+template's partials, macros and stylesheet load from its folder (report/); the rule declares
+them all, so that an edit to any reruns it."""
 
 from infbench.core.artifacts import load_model_artifacts, write_text_atomic
 from infbench.core.rule_logging import rule_logging
