@@ -1,18 +1,29 @@
 """The report: every section with real numbers, safe rendering, a real browser, `snakemake
 --report`, and reruns that redo only what changed."""
 
+import fnmatch
 import json
 import re
 import shutil
+from html.parser import HTMLParser
 from pathlib import Path
 
+import jinja2
+import jinja2.meta
+import pandas as pd
 from conftest import REPO, model_artifact_paths, snakemake
+from markupsafe import escape
 
 from infbench.core.artifacts import load_model_artifacts
 from infbench.report import build_context, render
 from infbench.report.figures import figure
+from infbench.report.render import environment
+from infbench.stages import SECTION, SECTIONS
 
 TEMPLATE = REPO / "report" / "report.html.j2"
+TEMPLATES = REPO / "report"
+# What rule html_report declares besides the page itself (workflow/rules/report.smk).
+DECLARED_PARTIALS = ("macros.html.j2", "sections/*.html.j2", "parts/*.html.j2", "style.css")
 
 SCREENSHOT_DIR = REPO / "test-output"
 ATTACK = "<script>alert(1)</script>"
@@ -27,15 +38,27 @@ def test_report_has_every_section_with_numbers(tiny_run):
     for heading in (
         "Validity checks",
         "Overview",
-        "1–2. Hugging Face baseline and vLLM offline",
-        "3. The KV-cache problem",
-        "4. Paging: what the study left out",
-        "5. The OpenAI-compatible server under load",
-        "Is the client exact? vLLM's benchmark client beside ours",
-        "Tuning grid",
+        "<h3>1–2. Hugging Face baseline and vLLM offline",
+        "<h3>3. The KV-cache problem",
+        "<h3>4. Paging: what the study left out",
+        "<h3>5. The OpenAI-compatible server under load",
+        "<h3>5.1. Is the client exact? vLLM&#39;s benchmark client beside ours",
+        "<h3>5.2. Prefix caching off and on",
+        "<h3>5.3. Tuning grid",
+        "<h3>6. How many users within the SLO",
+        "<h3>7. The study&#39;s 4.8× on vLLM itself",
+        "<h3>8. Distance to the hardware",
         "Provenance",
     ):
         assert heading in html, heading
+    # Every section of the registry, in its order, under its number and title (the live paging
+    # study's title gives the study's ratio as its artifact does).
+    headings = re.findall(r"<h3>([\d.–]+)\. ", html)
+    assert headings == [section.number for section in SECTIONS]
+    for section in SECTIONS:
+        if section.name != "paging_live":
+            assert f"<h3>{escape(section.number + '. ' + section.title)}</h3>" in html, section.name
+    assert not run_together(html)
     assert "reproduced exactly" in html and "The study's figures" in html
     images = re.findall(r'<img src="(data:image/png;base64,[^"]+)"', html)
     assert len(images) >= 7
@@ -141,12 +164,199 @@ def render_page(context: dict) -> str:
 
 def test_no_figure_of_the_report_cuts_off_its_text(tiny_run):
     context = build_context({"tiny": load_model_artifacts(model_artifact_paths(tiny_run))}, {}, [])
-    figures = [
-        f
-        for s in context["sections"]
-        for part in (s["offline"], s["allocator"], s["serving"])
-        if part
-        for f in part["figures"]
-    ]
+    figures = [f for m in context["models"] for part in m["sections"] for f in part["view"].get("figures", [])]
     assert len(figures) >= 7
     assert {f.title: f.clipped_text for f in figures if f.clipped_text} == {}
+
+
+class VisibleText(HTMLParser):
+    """A page's text as a reader sees it: block elements apart, inline ones run on."""
+
+    BLOCKS = {"p", "div", "h1", "h2", "h3", "td", "th", "tr", "table", "li", "figure", "figcaption", "summary", "nav"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts = []
+
+    def handle_starttag(self, tag, attrs):
+        self.handle_endtag(tag)
+
+    def handle_endtag(self, tag):
+        self.parts.append("\n" if tag in self.BLOCKS else "")
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
+def run_together(html: str) -> list[str]:
+    """Sentences the page runs together ("tokens.The"), where two template pieces join."""
+    parser = VisibleText()
+    parser.feed(html.split("<body>")[-1])
+    text = "".join(parser.parts)
+    return [text[m.start() - 30 : m.end() + 10] for m in re.finditer(r"[a-z0-9)\]]\.[A-Z]", text)]
+
+
+def small_model() -> dict:
+    """A model's facts as the header reads them."""
+    return {
+        "architecture": "LlamaForCausalLM",
+        "parameters": 1000,
+        "num_layers": 2,
+        "num_kv_heads": 1,
+        "head_dim": 8,
+        "source": {"kind": "local", "path": "/models/small"},
+        "kv_bytes_per_token": {"bfloat16": 64},
+    }
+
+
+def small_utilisation() -> dict:
+    row = {"stage": "vllm_offline", "case": "single", "mbu": 0.25, "bytes_per_s": 2e9}
+    row |= {"running": 1.0, "kv_tokens": 10.0, "weights_share": 0.9}
+    return {
+        "rows": [row],
+        "bandwidth_bytes_per_s": 8e9,
+        "bandwidth_method": "a copy",
+        "formula": "bytes / step",
+        "weight_bytes": 1e9,
+        "dtype": "bfloat16",
+    }
+
+
+def small_paging_live() -> dict:
+    def server(name, block_size, blocks, running):
+        return {
+            "name": name,
+            "block_size": block_size,
+            "kv": {"num_blocks": blocks, "max_concurrency_at_max_model_len": 19.0},
+            "simulator": {
+                "usable_blocks": blocks - 1,
+                "users_at_peak_footprint": running,
+                "replay_peak_running": running,
+                "replay_preemptions": 0,
+            },
+            "vllm": {
+                "peak_num_requests_running": float(running),
+                "peak_num_requests_waiting": 3.0,
+                "preemptions": 0.0,
+            },
+            "checks": [{"name": "pool", "status": "pass", "detail": "as configured"}],
+        }
+
+    return {
+        "settings": {"max_model_len": 512, "output_tokens": 8, "pool_tokens": 10000, "requests": 100},
+        "study": {"contiguous_users": 19, "paged_users": 92, "ratio": 92 / 19},
+        "servers": [server("contiguous", 512, 19, 18), server("paged_32", 32, 312, 78)],
+        "live_ratio": 78 / 18,
+    }
+
+
+def test_a_section_shown_carries_the_registry_number_and_title():
+    """Sections with a view model are shown in the registry's order under its number and title
+    (the live paging study's with the study's ratio as measured); those without are left out."""
+    artifacts = {"model": small_model(), "utilisation": small_utilisation(), "paging_live": small_paging_live()}
+    html = render_page(build_context({"small": artifacts}, {}, []))
+    utilisation = SECTION["utilisation"]
+    assert f"<h3>{utilisation.number}. {utilisation.title}</h3>" in html
+    assert "<h3>7. The study&#39;s 4.8× on vLLM itself</h3>" in html
+    assert re.findall(r"<h3>([\d.–]+)\. ", html) == ["7", "8"]
+    text = " ".join(html.replace("&#39;", "'").split())
+    assert "This machine's memory bandwidth: <strong>8.0 GB/s</strong>" in text
+    assert "<strong>18</strong> and <strong>78</strong> requests at once: <strong>4.33&times;</strong>" in text
+    assert not run_together(html)
+
+
+def test_the_registry_and_the_partials_agree():
+    """Every section has its partial, every partial a section, and every template the page
+    includes is one rule html_report declares (an edit reruns the report)."""
+    partials = {path.name.removesuffix(".html.j2") for path in (TEMPLATES / "sections").glob("*.html.j2")}
+    assert partials == {section.name for section in SECTIONS}
+    env = environment(TEMPLATES)
+    seen, pending = set(), ["report.html.j2"]
+    while pending:
+        name = pending.pop()
+        source = env.loader.get_source(env, name)[0]
+        if name.endswith(".j2"):
+            referenced = set(jinja2.meta.find_referenced_templates(env.parse(source)))
+            if None in referenced:  # the sections, included by name from the registry
+                referenced = (referenced - {None}) | {f"sections/{s.name}.html.j2" for s in SECTIONS}
+            pending += sorted(referenced - seen)
+            seen |= referenced
+    assert seen >= {"style.css", "macros.html.j2", "parts/checks.html.j2"}
+    assert all(any(fnmatch.fnmatch(name, pattern) for pattern in DECLARED_PARTIALS) for name in seen), seen
+    rule = (REPO / "workflow" / "rules" / "report.smk").read_text()
+    assert all(f'"report/{pattern}"' in rule for pattern in DECLARED_PARTIALS[:3])
+
+
+def attribute_chains(source: str) -> list[str]:
+    """Every name followed by attribute or item lookups inside the template's tags, with string
+    literals left out: `v.request.prompt`, `b[k].users`."""
+    chains = []
+    for tag in re.findall(r"\{\{.*?\}\}|\{%.*?%\}", source, flags=re.S):
+        tag = re.sub(r"'[^']*'|\"[^\"]*\"", '""', tag)
+        chains += [m.group(0) for m in re.finditer(r"(?<![\w.\]])[A-Za-z_]\w*(?:\s*(?:\.\s*\w+|\[[^\]]*\]))+", tag)]
+    return chains
+
+
+def test_no_template_reaches_deeper_than_two_levels():
+    """Templates read view models, not raw artifacts: at most `v.part.value`."""
+    assert attribute_chains('{{ v.a.b.c }} {{ x["k"].y }} {{ "a.b.c.d" }} {{ v.a.b }}') == [
+        "v.a.b.c",
+        'x[""].y',
+        "v.a.b",
+    ]
+    deep = {}
+    for path in sorted(TEMPLATES.rglob("*.j2")):
+        for chain in attribute_chains(path.read_text()):
+            if len(re.findall(r"\.\s*\w+|\[[^\]]*\]", chain)) > 2:
+                deep.setdefault(path.relative_to(TEMPLATES).as_posix(), []).append(chain)
+    assert deep == {}
+
+
+def test_every_sentence_of_a_partial_is_spaced_from_the_next():
+    """Branches the tiny run does not take (an external endpoint, no rate search, no cost) still
+    leave a space between two sentences."""
+    env = environment(TEMPLATES)
+    capacity = {
+        "target": 90,
+        "slo": [("TTFT", 1000)],
+        "predicted": {"value": 8, "usable_blocks": 10, "block_size": 16},
+        "endpoint": "http://example.test/v1",
+        "measured_kv_limit": None,
+        "binding_limit": "compute",
+        "binding_at": 4,
+        "binding_evidence": "nothing waited",
+        "cost": None,
+        "rate_searched": False,
+        "summary": pd.DataFrame(),
+        "figures": [],
+        "probes": pd.DataFrame(),
+    }
+    serving = {
+        "endpoint": {"base_url": "http://example.test/v1", "model": "m", "metrics": False},
+        "startup_s": None,
+        "kv_blocks": None,
+        "kv_block_size": None,
+        "request": {
+            "prompt": "Hi",
+            "cold_s": "0.10",
+            "prompt_tokens": 2,
+            "completion_tokens": 5,
+            "text": "Hello.",
+            "warm_median_s": None,
+            "warm_n": None,
+            "warm_s": "0.05",
+        },
+        "study": {"latency_s": 1.29, "prompt_tokens": 7, "completion_tokens": 50, "method": "m", "hardware": "h"},
+        "repeats": 1,
+        "chat_levels": True,
+        "notes": [],
+        "placement": "apart",
+        "engine_cpus": "none",
+        "client_cpus": "0",
+        "table": pd.DataFrame(),
+        "figures": [],
+    }
+    for name, view in (("capacity", capacity), ("serving", serving)):
+        html = env.get_template(f"sections/{name}.html.j2").render(v=view)
+        assert not run_together("<body>" + html), name
+    assert run_together("<body><p>It ran.Then it stopped.</p>")

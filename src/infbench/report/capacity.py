@@ -1,11 +1,12 @@
-"""The report's capacity sections: SLO capacity with its probes and binding limit, the study's
-4.8x on vLLM itself, and model bandwidth utilisation."""
+"""Section 6: how many users within the SLO: the capacity searches with their probes, the binding
+limit and the cost at capacity. Also how the report names a capacity, a load and a probe."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from infbench.report.figures import figure
+from infbench.report.tables import fmt
 
 LIMITS = {
     "kv_memory": "KV memory (requests waited for blocks or were preempted)",
@@ -93,9 +94,9 @@ def probe_table(capacity: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def capacity_section(capacity: dict | None) -> dict | None:
-    if not capacity:
-        return None
+def slo_figure(capacity: dict):
+    """Every probe's latency at the target percentile over its SLO, against its throughput; None
+    where no probe has one."""
     slo = capacity["slo_ms"]
     target = capacity["attainment_target"]
     points = []
@@ -115,102 +116,69 @@ def capacity_section(capacity: dict | None) -> dict | None:
                         }
                     )
     frame = pd.DataFrame(points)
-    figures = []
-    if not frame.empty:
+    if frame.empty:
+        return None
 
-        def draw(ax):
-            markers = {"concurrency": "o", "request rate": "s"}
-            for (search, latency), group in frame.groupby(["search", "latency"]):
-                group = group.sort_values("load")
-                label = f"{latency}, {search}"
-                ax.plot(group["output tok/s"], group["latency / SLO"], marker=markers[search], label=label)
-            ax.axhline(1.0, color="#d9534f", lw=1.2, ls="--")
-            ax.text(ax.get_xlim()[0], 1.02, " SLO", color="#d9534f", fontsize=8, va="bottom")
-            ax.set_yscale("log")
-            ax.set_xlabel("output tokens per second (mean over a probe's passes)")
-            ax.set_ylabel(f"p{100 * target:g} latency / its SLO")
-            ax.legend(fontsize=7, frameon=False)
+    def draw(ax):
+        markers = {"concurrency": "o", "request rate": "s"}
+        for (search, latency), group in frame.groupby(["search", "latency"]):
+            group = group.sort_values("load")
+            label = f"{latency}, {search}"
+            ax.plot(group["output tok/s"], group["latency / SLO"], marker=markers[search], label=label)
+        ax.axhline(1.0, color="#d9534f", lw=1.2, ls="--")
+        ax.text(ax.get_xlim()[0], 1.02, " SLO", color="#d9534f", fontsize=8, va="bottom")
+        ax.set_yscale("log")
+        ax.set_xlabel("output tokens per second (mean over a probe's passes)")
+        ax.set_ylabel(f"p{100 * target:g} latency / its SLO")
+        ax.legend(fontsize=7, frameon=False)
 
-        figures.append(
-            figure(
-                "Throughput against latency, every probe, with the SLO",
-                draw,
-                frame,
-                f"Each point a probe, joined in order of load. A probe passes when at least {100 * target:g} % of its "
-                f"requests meet every SLO: for one SLO alone, exactly when its p{100 * target:g} is under the dashed "
-                "line.",
-            )
-        )
+    return figure(
+        "Throughput against latency, every probe, with the SLO",
+        draw,
+        frame,
+        f"Each point a probe, joined in order of load. A probe passes when at least {100 * target:g} % of its "
+        f"requests meet every SLO: for one SLO alone, exactly when its p{100 * target:g} is under the dashed "
+        "line.",
+    )
+
+
+def view(capacity: dict | None) -> dict | None:
+    """What the section shows; None where the capacity search did not run."""
+    if not capacity:
+        return None
+    target = int(round(capacity["attainment_target"] * 100, 0))
     predicted = capacity["predicted_kv_concurrency"]
     binding = capacity["concurrency"]["binding"]
     at_binding = next(p for p in capacity["concurrency"]["probes"] if p["load"] == binding["at"])
+    cost = capacity["cost"]
+    endpoint = capacity["endpoint"]
+    figure_ = slo_figure(capacity)
     return {
-        "summary": pd.DataFrame(search_rows(capacity)),
-        "probes": probe_table(capacity),
-        "figures": figures,
-        "slo_ms": slo,
-        "target": capacity["attainment_target"],
-        "predicted": predicted,
-        "measured_kv_limit": at_binding["peak_num_requests_running"] if binding["limit"] == "kv_memory" else None,
-        "binding": binding,
-        "cost": capacity["cost"],
-        "endpoint": capacity["endpoint"],
-        "rate_searched": "request_rate" in capacity,
-    }
-
-
-def paging_section(paging: dict | None) -> dict | None:
-    if not paging:
-        return None
-    study = paging["study"]
-    rows = []
-    for server, study_users in zip(paging["servers"], (study["contiguous_users"], study["paged_users"])):
-        simulator, live = server["simulator"], server["vllm"]
-        rows.append(
-            {
-                "server": f"{server['name']} (blocks of {server['block_size']})",
-                "pool blocks (lent)": f"{server['kv']['num_blocks']} ({simulator['usable_blocks']})",
-                "study's arithmetic": study_users,
-                "simulator: fit at peak": simulator["users_at_peak_footprint"],
-                "simulator: replay peak running": simulator["replay_peak_running"],
-                "vLLM peak running": int(live["peak_num_requests_running"]),
-                "vLLM peak waiting": int(live["peak_num_requests_waiting"]),
-                "preemptions vLLM / replay": f"{live['preemptions']:.0f} / {simulator['replay_preemptions']}",
-                "checks": ", ".join(f"{c['name']} {c['status']}" for c in server["checks"]),
-            }
-        )
-    contiguous, paged = paging["servers"]
-    return {
-        "table": pd.DataFrame(rows, dtype=object),
-        "study": study,
-        "settings": paging["settings"],
-        "live_ratio": paging["live_ratio"],
-        "simulator_ratio": paged["simulator"]["replay_peak_running"] / contiguous["simulator"]["replay_peak_running"],
-        "contiguous": contiguous,
-        "paged": paged,
-    }
-
-
-def utilisation_section(utilisation: dict | None) -> dict | None:
-    if not utilisation:
-        return None
-    rows = [
-        {
-            "stage": row["stage"].replace("_", " "),
-            "case": row["case"],
-            "MBU %": 100 * row["mbu"],
-            "GB/s read": row["bytes_per_s"] / 1e9,
-            "running (tok/s x TPOT)": row["running"],
-            "mean KV tokens": row["kv_tokens"],
-            "weights share %": 100 * row["weights_share"],
+        "target": target,
+        "slo": [(metric.upper(), limit) for metric, limit in capacity["slo_ms"].items()],
+        "predicted": {
+            "value": predicted["value"],
+            "usable_blocks": predicted["usable_blocks"],
+            "block_size": predicted["block_size"],
         }
-        for row in utilisation["rows"]
-    ]
-    return {
-        "table": pd.DataFrame(rows),
-        "bandwidth_gb_s": utilisation["bandwidth_bytes_per_s"] / 1e9,
-        "method": utilisation["bandwidth_method"],
-        "formula": utilisation["formula"],
-        "weights_gb": utilisation["weight_bytes"] / 1e9,
-        "dtype": utilisation["dtype"],
+        if predicted
+        else None,
+        "endpoint": endpoint["base_url"] if endpoint else None,
+        "measured_kv_limit": fmt(at_binding["peak_num_requests_running"], 0)
+        if binding["limit"] == "kv_memory"
+        else None,
+        "binding_limit": binding["limit"].replace("_", " "),
+        "binding_at": int(binding["at"]),
+        "binding_evidence": binding["evidence"],
+        "cost": {
+            "per_hour": cost["per_hour"],
+            "currency": cost["currency"],
+            "per_million": fmt(cost["per_million_output_tokens"], 2),
+        }
+        if cost["per_million_output_tokens"] is not None
+        else None,
+        "rate_searched": "request_rate" in capacity,
+        "summary": pd.DataFrame(search_rows(capacity)),
+        "figures": [figure_] if figure_ else [],
+        "probes": probe_table(capacity),
     }

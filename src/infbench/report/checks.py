@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from infbench.core.checks import STATUS_RANK
 from infbench.report.capacity import capacity_text, load_text
-from infbench.report.sections import level_label
+from infbench.report.serving import level_label
 
 
 def collect_checks(model: str, artifacts: dict) -> list[dict]:
@@ -106,3 +106,15 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                 }
             )
     return sorted(checks, key=lambda c: STATUS_RANK.get(c["status"], 9))
+
+
+def checks_view(checks: list[dict]) -> dict:
+    """The checks as the page opens with them: those that need attention, worst first, and those
+    that passed."""
+    problems = [c for c in checks if c["status"] != "pass"]
+    return {
+        "count": len(checks),
+        "problems": problems,
+        "passed": [c for c in checks if c["status"] == "pass"],
+        "worst": checks[0]["status"] if checks else "pass",
+    }

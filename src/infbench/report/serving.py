@@ -1,0 +1,227 @@
+"""Section 5: the OpenAI-compatible server under load: its start and the study's request, the
+load sweep's table and figures, and how the client was placed. Also the names the report gives
+a load level and an interval, used by every section that shows one."""
+
+from __future__ import annotations
+
+import pandas as pd
+import seaborn as sns
+
+from infbench.core import study_figures
+from infbench.report.figures import figure
+from infbench.report.tables import fmt
+
+
+def level_label(level: dict) -> str:
+    prefix = "chat " if level.get("api") == "chat" else ""
+    if level["mode"] == "concurrency":
+        return f"{prefix}c={level['max_concurrency']}"
+    rate = f"{level['request_rate']}" + (f"→{level['ramp_end_rate']}" if level.get("ramp_end_rate") else "")
+    cap = f", ≤{level['max_concurrency']}" if level["max_concurrency"] else ""
+    return f"{prefix}{rate} req/s{cap}"
+
+
+def interval_text(summary: dict, digits: int = 1) -> str:
+    """A 95 % interval as text; a dash where one repeat leaves it undefined."""
+    low, high = summary["ci95_low"], summary["ci95_high"]
+    if low is None or high is None or low != low or high != high:
+        return "–"
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def shown_tail(levels: list[dict]) -> int:
+    """The tail percentile the serving table shows beside p90: p99 where some level's pooled
+    requests support it, else p95 (the default 3 x 16 requests support p95, not p99)."""
+    supported = {q for level in levels for q in level["percentile_support"]["e2el"]["supported"]}
+    return 99 if 99 in supported else 95
+
+
+def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
+    rows = []
+    for level in levels:
+        across = level["across_repeats"]
+        support = level["percentile_support"]
+        row = {
+            "level": level_label(level),
+            "passes × requests": f"{len(level['repeats'])} × {len(level['repeats'][0]['requests'])}",
+            "output tok/s": across["output_throughput"]["mean"],
+            "output tok/s ci95": interval_text(across["output_throughput"]),
+        }
+        for metric in ("ttft", "tpot"):
+            row[f"median {metric} ms"] = across[f"median_{metric}_ms"]["mean"]
+            row[f"median {metric} ms ci95"] = interval_text(across[f"median_{metric}_ms"])
+        row["offered / achieved req/s"] = (
+            f"{level['offered_request_rate']:.2f} / {level['achieved_request_rate']:.2f}"
+            if level.get("offered_request_rate") is not None
+            else ""
+        )
+        row["goodput req/s"] = level["request_goodput"]
+        for metric in ("ttft", "tpot", "e2el"):
+            if metric == "e2el":
+                row["median e2el ms"] = across["median_e2el_ms"]["mean"]
+            for q in (90, tail):
+                # A percentile the pooled sample cannot support is left blank, not shown as if it meant something.
+                supported = q in support[metric]["supported"]
+                row[f"p{q} {metric} ms"] = level[f"p{q}_{metric}_ms"] if supported else None
+        row["failed"] = level["failed"]
+        peak_kv = level["peak_kv_cache_usage_perc"]
+        row["peak KV %"] = peak_kv * 100 if peak_kv is not None else None
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    percentiles = [c for c in table.columns if c.startswith(("p90 ", f"p{tail} "))]
+    table[percentiles] = table[percentiles].astype(float)
+    return table
+
+
+def sweep_figures(levels: list[dict], table: pd.DataFrame, tail: int) -> list:
+    figures = []
+    # The sweep's curve: closed-loop levels of the workload's API (the chat levels beside a
+    # completions sweep are another workload, shown in the table).
+    closed = table[[level["mode"] == "concurrency" and level["api"] == levels[0]["api"] for level in levels]]
+
+    def draw_curve(ax):
+        sns.lineplot(data=closed, x="output tok/s", y="median e2el ms", marker="o", ax=ax, label="median E2E")
+        sns.lineplot(data=closed, x="output tok/s", y=f"p{tail} e2el ms", marker="s", ax=ax, label=f"p{tail} E2E")
+        for _, row in closed.iterrows():
+            ax.annotate(
+                row["level"],
+                (row["output tok/s"], row["median e2el ms"]),
+                fontsize=8,
+                xytext=(4, -10),
+                textcoords="offset points",
+            )
+        ax.set_ylabel("end-to-end latency (ms)")
+
+    if not closed.empty:
+        figures.append(
+            figure(
+                "Throughput vs latency across the concurrency sweep",
+                draw_curve,
+                closed[["level", "output tok/s", "median e2el ms", f"p{tail} e2el ms"]],
+            )
+        )
+    long = table.melt(
+        id_vars="level",
+        value_vars=[c for c in table.columns if c.endswith(" ms")],
+        var_name="statistic",
+        value_name="ms",
+    )
+    long[["percentile", "metric"]] = long["statistic"].str.extract(r"(\w+) (\w+) ms")
+
+    def draw_percentiles(ax):
+        sns.barplot(data=long[long["metric"] != "e2el"], x="level", y="ms", hue="statistic", ax=ax)
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=7, ncol=2)
+
+    figures.append(
+        figure(
+            "TTFT and TPOT percentiles per level",
+            draw_percentiles,
+            table[["level", *[c for c in table.columns if c.endswith(" ms")]]],
+            f"Medians are the mean of the repeats' medians; p90 and p{tail} are over every repeat's requests "
+            "together, left out where that pool is too small for them.",
+        )
+    )
+    ttft = pd.DataFrame(
+        [
+            {"level": level_label(level), "TTFT ms": r["ttft"] * 1000}
+            for level in levels
+            for repeat in level["repeats"]
+            for r in repeat["requests"]
+            if r["success"]
+        ]
+    )
+
+    def draw_ttft(ax):
+        sns.stripplot(data=ttft, x="level", y="TTFT ms", ax=ax, alpha=0.6, jitter=0.25)
+        sns.boxplot(data=ttft, x="level", y="TTFT ms", ax=ax, showfliers=False, fill=False, color="black", width=0.5)
+
+    figures.append(
+        figure(
+            "TTFT distribution per level",
+            draw_ttft,
+            ttft.groupby("level")["TTFT ms"].describe().reset_index(),
+            "Every request of every repeat.",
+        )
+    )
+    series = pd.DataFrame(
+        [
+            {
+                "level": level_label(level),
+                "t (s)": sample["t"],
+                "KV cache usage %": 100 * sample.get("vllm:kv_cache_usage_perc", float("nan")),
+                "running": sample.get("vllm:num_requests_running", float("nan")),
+                "waiting": sample.get("vllm:num_requests_waiting", float("nan")),
+            }
+            for level in levels
+            for sample in level["repeats"][0]["metrics_series"]
+        ]
+    )
+    if not series.empty:
+
+        def draw_series(ax):
+            sns.lineplot(data=series, x="t (s)", y="running", hue="level", ax=ax)
+            sns.lineplot(data=series, x="t (s)", y="waiting", hue="level", ax=ax, linestyle="--", legend=False)
+            twin = ax.twinx()
+            sns.lineplot(
+                data=series, x="t (s)", y="KV cache usage %", hue="level", ax=twin, legend=False, alpha=0.5, linewidth=3
+            )
+            ax.set_ylabel("requests")
+            twin.set_ylabel("KV cache usage (%)")
+            twin.grid(False)
+
+        figures.append(
+            figure(
+                "Server state during each level (scraped /metrics)",
+                draw_series,
+                series,
+                "Requests running (solid lines) and waiting (dashed), and KV-cache usage (thick, "
+                "right axis), over each level's first repeat.",
+            )
+        )
+    return figures
+
+
+def study_request_view(request: dict) -> dict:
+    """The study's request as the server answered it: cold, then warm (a median where several)."""
+    cold, warm = request["cold"], request["warm_latency_s"]
+    return {
+        "prompt": request["prompt"],
+        "cold_s": fmt(cold["latency_s"], 2),
+        "prompt_tokens": cold["prompt_tokens"],
+        "completion_tokens": cold["completion_tokens"],
+        "text": cold["text"],
+        "warm_median_s": fmt(warm["median"], 2) if warm else None,
+        "warm_n": warm["n"] if warm else None,
+        "warm_s": None if warm else fmt(request["warm"][0]["latency_s"], 2),
+    }
+
+
+def view(server: dict | None, load: dict | None) -> dict | None:
+    """What the section shows; None without a server and its load sweep."""
+    if not server or not load:
+        return None
+    levels = load["levels"]
+    tail = shown_tail(levels)
+    table = level_table(levels, tail)
+    endpoint = server["endpoint"]
+    placement = load["client_placement"]
+    study = study_figures.SERVER
+    return {
+        "endpoint": {"base_url": endpoint["base_url"], "model": endpoint["model"], "metrics": endpoint["metrics"]}
+        if endpoint
+        else None,
+        "startup_s": None if endpoint else fmt(server["startup_s"], 1),
+        "kv_blocks": None if endpoint else server["kv"]["num_blocks"],
+        "kv_block_size": None if endpoint else server["kv"]["block_size"],
+        "request": study_request_view(server["study_request"]),
+        "study": {key: study[key] for key in ("latency_s", "prompt_tokens", "completion_tokens", "method", "hardware")},
+        "repeats": len(levels[0]["repeats"]) if levels else 0,
+        "chat_levels": any(level["api"] == "chat" for level in levels),
+        "notes": load["notes"],
+        "placement": placement["note"],
+        "engine_cpus": ", ".join(str(cpu) for cpu in placement["engine_cpus"]) or "none",
+        "client_cpus": ", ".join(str(cpu) for cpu in placement["client_cpus"]),
+        "table": table,
+        "figures": sweep_figures(levels, table, tail),
+    }
