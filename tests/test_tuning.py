@@ -6,7 +6,10 @@ behaviour in a cell is the tiny run's (tests/test_capacity.py)."""
 
 import pytest
 
+from infbench.core import provenance
+from infbench.core.artifacts import validate
 from infbench.engines.servers import ServerSpec
+from infbench.report.tuning import view
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.tuning import best_cell, run_tuning
 
@@ -65,3 +68,17 @@ def test_each_cell_runs_its_own_settings_and_the_best_cell_serves_the_most(tmp_p
     assert (free["capacity"], free["first_failing"]) == (7, 8), free["probes"]
     assert free["binding"]["limit"] == "compute", free["binding"]
     assert best_cell(cells) == 1
+    # The stage's artifact as its script writes it, and the report's section on it.
+    artifact = {
+        "model": "m",
+        "grid": {"max_num_seqs": [3, 16]},
+        "requests": 8,
+        "concurrency": 8,
+        "cells": cells,
+        "best_cell": best_cell(cells),
+        "provenance": provenance.collect({}, 2, provenance.now_iso()),
+    }
+    validate(artifact, "tuning")
+    section = view(artifact)
+    assert section["best_settings"] == [("max_num_seqs", 16)] and section["best_capacity"] == 7
+    assert section["table"]["SLO capacity (requests in flight)"].tolist() == [3, 7]
