@@ -5,10 +5,12 @@ decisions and the binding limit it names can be wrong, and the test says so. vLL
 behaviour in a cell is the tiny run's (tests/test_capacity.py)."""
 
 import pytest
+from conftest import REPO
 
 from infbench.core import provenance
 from infbench.core.artifacts import validate
 from infbench.engines.servers import ServerSpec
+from infbench.report.render import environment
 from infbench.report.tuning import view
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.tuning import best_cell, run_tuning
@@ -82,3 +84,5 @@ def test_each_cell_runs_its_own_settings_and_the_best_cell_serves_the_most(tmp_p
     section = view(artifact)
     assert section["best_settings"] == [("max_num_seqs", 16)] and section["best_capacity"] == 7
     assert section["table"]["SLO capacity (requests in flight)"].tolist() == [3, 7]
+    page = environment(REPO / "report").get_template("sections/tuning.html.j2").render(v=section)
+    assert "Best cell: <strong>max_num_seqs = 16</strong>" in page and "serving 7 requests in flight" in page
