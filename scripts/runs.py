@@ -20,7 +20,7 @@ from infbench.core.errors import UserError
 from infbench.runs.archive import pack, unpack
 from infbench.runs.command import verdict_counts, write_comparison
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "comparison.html.j2"
+TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "run_comparison.html.j2"
 
 
 def compare(args) -> int:

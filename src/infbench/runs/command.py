@@ -8,8 +8,8 @@ from pathlib import Path
 
 from infbench.core.artifacts import write_json, write_text_atomic
 from infbench.core.errors import UserError
-from infbench.report.comparison_page import build_comparison_context
 from infbench.report.render import render
+from infbench.report.run_comparison_page import build_comparison_context
 from infbench.runs.comparison import comparison_record, gate
 from infbench.runs.results import load_run
 
