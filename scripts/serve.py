@@ -4,9 +4,9 @@ stop what it started -> server.json and load.json."""
 
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
-from infbench.engines.external_endpoint import ExternalEndpoint
+from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
 from infbench.engines.server_metrics import server_kv_facts
-from infbench.engines.servers import measured_server, spec_from_params
+from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client
 from infbench.serving.sweep import run_sweep, study_request
 from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template

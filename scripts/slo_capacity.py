@@ -4,9 +4,9 @@ bracketing and bisection on a server of the model (or the external endpoint) -> 
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
-from infbench.engines.external_endpoint import ExternalEndpoint
+from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
 from infbench.engines.server_metrics import server_kv_facts
-from infbench.engines.servers import measured_server, spec_from_params
+from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client, server_max_num_seqs
 
 

@@ -86,11 +86,11 @@ def test_jobs_run_as_separately_submitted_processes(tmp_path, tiny_model):
         "2",
         "--latency-wait",
         "30",
-        "results/tiny/hf_baseline.json",
+        "results/tiny/workload.jsonl",
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    validate(read_json(tmp_path / "results/tiny/hf_baseline.json"), "offline")
+    validate(read_json(tmp_path / "results/tiny/workload_summary.json"), "workload_summary")
     job_ids = submissions.read_text().split()
-    assert len(job_ids) == 3 and len(set(job_ids)) == 3  # model, workload, hf_baseline
+    assert len(job_ids) == 2 and len(set(job_ids)) == 2  # model, workload
     assert os.getpid() not in map(int, job_ids)

@@ -21,16 +21,9 @@ from infbench.core.artifacts import read_json
 from infbench.runs.comparison import FASTER, NO_DIFFERENCE, NO_INTERVAL, SERVING_METRICS, SLOWER
 
 RUNS = [sys.executable, str(REPO / "scripts" / "runs.py")]
-SERVING = (
-    "output_throughput",
-    "request_goodput",
-    "median_ttft_ms",
-    "median_tpot_ms",
-    "median_itl_ms",
-    "median_e2el_ms",
-)
-# Four passes per level in every planted run, each a real pass of the tiny run (in turn) with a
-# few per cent of noise: enough passes for intervals a test can read (with two, t = 12.7).
+# Four passes per level in every planted run, each the tiny run's first real pass of that level
+# times a planted noise: the spread is the test's, not the machine's, so the verdicts are known
+# in advance (with two passes, t = 12.7; with four, 3.18).
 PASSES = 4
 
 
@@ -40,7 +33,7 @@ def runs_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def planted_run(tiny_run: Path, destination: Path, noise: list[float], scale: dict | None = None, engine=None) -> Path:
     """A run built from the tiny run's real serving artifacts: every level's passes made PASSES
-    long from its real passes, each figure times (1 + noise[i]) and times scale[metric] (a
+    copies of its first real pass, figure i times (1 + noise[i]) and times scale[metric] (a
     planted slowdown), and `engine` settings written into every artifact's provenance (what a
     changed setting leaves there)."""
     results = destination / "results" / "tiny"
@@ -51,7 +44,7 @@ def planted_run(tiny_run: Path, destination: Path, noise: list[float], scale: di
             real = level["repeats"]
             level["repeats"] = []
             for index in range(PASSES):
-                planted = copy.deepcopy(real[index % len(real)])
+                planted = copy.deepcopy(real[0])
                 for metric in SERVING_METRICS:
                     if planted.get(metric) is not None:
                         planted[metric] *= (1 + noise[index]) * (scale or {}).get(metric, 1.0)
@@ -133,6 +126,25 @@ def test_one_request_per_step_is_slower_and_the_gate_fails_on_it(serving_runs, t
     # A gate that names no figure is bad input, not a pass.
     typo = runs_cli("compare", same, one_seq, "--gate", "*/serve/c=5/output_throughput", cwd=tmp_path)
     assert typo.returncode == 2 and "matches none of the" in typo.stderr
+
+
+def test_a_slowdown_inside_the_noise_is_not_called_and_one_past_it_is(tiny_run, tmp_path):
+    """The verdict follows the interval: a first token 20 % later is no difference when passes
+    spread by 6 % (the interval reaches into the 10 % band), and 25 % later is slower when they
+    spread by 2 %. An interval too narrow (a normal quantile, or sd / n) calls the first slower;
+    one too wide (too few degrees of freedom) misses the second."""
+    later = {"median_ttft_ms": 1.2, "median_e2el_ms": 1.2}
+    noisy = planted_run(tiny_run, tmp_path / "noisy", [-0.06, 0.02, 0.06, -0.02])
+    noisy_later = planted_run(tiny_run, tmp_path / "noisy-later", [0.05, -0.03, -0.05, 0.03], later)
+    quiet = planted_run(tiny_run, tmp_path / "quiet", [-0.02, 0.01, 0.02, -0.01])
+    quiet_later = planted_run(tiny_run, tmp_path / "quiet-later", [0.01, -0.02, 0.02, -0.01], {"median_ttft_ms": 1.25})
+    for baseline, candidate, expected in ((noisy, noisy_later, NO_DIFFERENCE), (quiet, quiet_later, SLOWER)):
+        result = runs_cli("compare", baseline, candidate, "--json", "c.json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        comparison = read_json(tmp_path / "c.json")["comparisons"][0]
+        print(candidate.name, ratios(comparison, "median_ttft_ms"))
+        levels = verdicts(comparison, "median_ttft_ms")
+        assert levels and set(levels.values()) == {expected}, (candidate.name, levels)
 
 
 def test_a_packed_run_compares_elsewhere_without_rerunning(serving_runs, tmp_path):

@@ -75,74 +75,45 @@ class Stage:
         return self.enabled(config) and (self.external or not external(config))
 
 
-def _always(config: dict) -> bool:
-    return True
-
-
-STAGES = (
-    Stage("model", {"model": 0}, None, _always, external=True),
-    Stage("workload", {"workload": "requests", "workload_summary": "summary"}, None, _always, external=True),
-    Stage("hf_baseline", {"hf_baseline": 0}, "offline", lambda c: on(c, "hf_baseline"), external=True, measured=True),
-    Stage(
-        "vllm_offline", {"vllm_offline": 0}, "offline", lambda c: on(c, "vllm_offline"), external=True, measured=True
-    ),
-    Stage(
-        "offline_comparison",
-        {"comparison": 0},
-        "offline",
-        lambda c: on(c, "hf_baseline") and on(c, "vllm_offline"),
-        external=True,
-    ),
-    Stage("allocator", {"allocator": 0}, "kv_problem", lambda c: on(c, "vllm_offline"), external=True),
-    Stage("serve", {"server": "server", "load": "load"}, "serving", lambda c: on(c, "server"), True, measured=True),
-    Stage("kv_validation", {"kv_validation": 0}, "paging", lambda c: on(c, "server"), external=False),
-    Stage(
-        "client_fidelity",
-        {"client_fidelity": "fidelity"},
-        "client_fidelity",
-        lambda c: on(c, "client_fidelity"),
-        False,
-        True,
-    ),
-    Stage("prefix_caching", {"prefix_caching": 0}, "prefix_caching", lambda c: on(c, "prefix_caching"), False, True),
-    Stage("tuning", {"tuning": 0}, "tuning", lambda c: on(c, "tuning"), external=False, measured=True),
-    Stage(
-        "slo_capacity",
-        {"slo_capacity": 0},
-        "capacity",
-        lambda c: on(c, "capacity") and on(c, "server"),
-        external=True,
-        measured=True,
-    ),
-    Stage("paging_live", {"paging_live": 0}, "paging_live", lambda c: on(c, "paging_live"), False, measured=True),
-    # MBU of the offline engines always; of the serving levels only for this pipeline's own server
-    # (an external endpoint runs on another machine): see utilisation_inputs.
-    Stage(
-        "utilisation",
-        {"utilisation": 0},
-        "utilisation",
-        lambda c: on(c, "hf_baseline") or on(c, "vllm_offline") or (on(c, "server") and not external(c)),
-        external=True,
-    ),
-)
-STAGE = {stage.name: stage for stage in STAGES}
-
-
-def running_stages(config: dict) -> list[Stage]:
-    """The stages this config runs, in pipeline order."""
-    return [stage for stage in STAGES if stage.runs(config)]
-
-
 def utilisation_inputs(config: dict) -> list[str]:
     """The artifacts whose decode figures MBU is computed for: the offline engines, and the load
-    sweep of this pipeline's own server."""
+    sweep of this pipeline's own server (an external endpoint runs on another machine)."""
     names = [name for name in ("hf_baseline", "vllm_offline") if on(config, name)]
     return names + (["load"] if on(config, "server") and not external(config) else [])
 
 
-def section_of(artifact: str) -> Section | None:
-    """The report section that shows an artifact."""
-    for stage in STAGES:
-        if artifact in stage.outputs:
-            return SECTION[stage.section] if stage.section else None
-    return None
+def _always(config: dict) -> bool:
+    return True
+
+
+# fmt: off
+STAGES = (
+    Stage("model", {"model": 0}, None, _always, external=True),
+    Stage("workload", {"workload": "requests", "workload_summary": "summary"}, None, _always, external=True),
+    Stage("hf_baseline", {"hf_baseline": 0}, "offline", lambda c: on(c, "hf_baseline"),
+          external=True, measured=True),
+    Stage("vllm_offline", {"vllm_offline": 0}, "offline", lambda c: on(c, "vllm_offline"),
+          external=True, measured=True),
+    Stage("allocator", {"allocator": 0}, "kv_problem", lambda c: on(c, "vllm_offline"), external=True),
+    Stage("offline_comparison", {"comparison": 0}, "offline",
+          lambda c: on(c, "hf_baseline") and on(c, "vllm_offline"), external=True),
+    Stage("serve", {"server": "server", "load": "load"}, "serving", lambda c: on(c, "server"),
+          external=True, measured=True),
+    Stage("kv_validation", {"kv_validation": 0}, "paging", lambda c: on(c, "server"), external=False),
+    Stage("client_fidelity", {"client_fidelity": "fidelity"}, "client_fidelity", lambda c: on(c, "client_fidelity"),
+          external=False, measured=True),
+    Stage("tuning", {"tuning": 0}, "tuning", lambda c: on(c, "tuning"), external=False, measured=True),
+    Stage("prefix_caching", {"prefix_caching": 0}, "prefix_caching", lambda c: on(c, "prefix_caching"),
+          external=False, measured=True),
+    Stage("slo_capacity", {"slo_capacity": 0}, "capacity", lambda c: on(c, "capacity") and on(c, "server"),
+          external=True, measured=True),
+    Stage("paging_live", {"paging_live": 0}, "paging_live", lambda c: on(c, "paging_live"),
+          external=False, measured=True),
+    Stage("utilisation", {"utilisation": 0}, "utilisation", lambda c: bool(utilisation_inputs(c)), external=True),
+)
+# fmt: on
+
+
+def running_stages(config: dict) -> list[Stage]:
+    """The stages this config runs, in the table's order (the order artifacts are listed in)."""
+    return [stage for stage in STAGES if stage.runs(config)]

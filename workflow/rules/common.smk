@@ -47,10 +47,13 @@ def repository_file(*parts):
 
 def script_code(name):
     """The package files the numbers of scripts/{name}.py depend on: its imports, derived
-    (infbench.core.code_inputs says which modules never change a number and are left out)."""
+    (infbench.core.code_inputs says which modules never change a number and are left out),
+    resolved in this project's own src/infbench, wherever the package was installed from."""
+    script = Path(workflow.basedir, "scripts", f"{name}.py")
+    package = Path(workflow.basedir, "src", "infbench")
     return [
-        repository_file(os.path.relpath(path, workflow.basedir))
-        for path in code_inputs.script_code(str(Path(workflow.basedir, "scripts", f"{name}.py")))
+        repository_file(os.path.relpath(path, Path(workflow.basedir).resolve()))
+        for path in code_inputs.script_code(str(script), str(package))
     ]
 
 

@@ -3,7 +3,7 @@ the package the script imports, directly or through other package modules, less 
 that never change a number. Declared as the rule's inputs, a change to any of them reruns it.
 
 Never declared, because they never change a number: how artifacts are validated and written
-(core/artifacts.py, and the schemas beside it), provenance and the machine probes it records
+(core/artifacts.py, and the schemas in infbench/schemas/), provenance and the machine probes it records
 (core/provenance.py, core/hardware.py: the dtype the workflow resolves is a param), errors and
 logging (core/errors.py, core/rule_logging.py), config checks (core/config.py), the stage runner
 (core/stage.py) and this module. A change to those reruns nothing; rerun with --forcerun where
@@ -85,6 +85,8 @@ def number_code(script: Path, package: Path = PACKAGE) -> list[Path]:
 
 
 @cache
-def script_code(script: str) -> tuple[str, ...]:
-    """number_code of one script, as strings (cached: the workflow asks once per rule)."""
-    return tuple(str(path) for path in number_code(Path(script).resolve()))
+def script_code(script: str, package: str) -> tuple[str, ...]:
+    """number_code of one script against the package folder `package` (the project's own
+    src/infbench, not wherever the package was installed from), as strings; cached: the
+    workflow asks once per rule."""
+    return tuple(str(path) for path in number_code(Path(script).resolve(), Path(package).resolve()))

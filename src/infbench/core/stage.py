@@ -32,6 +32,29 @@ def raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+class Files(list):
+    """Named files, reachable by position, by attribute and by name, as Snakemake's are."""
+
+    def __init__(self, named: dict):
+        super().__init__(named.values())
+        self._named = dict(named)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_named"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key):
+        return self._named[key] if isinstance(key, str) else super().__getitem__(key)
+
+    def keys(self):
+        return self._named.keys()
+
+    def get(self, key: str, default=None):
+        return self._named.get(key, default)
+
+
 @dataclass
 class StageRun:
     """A rule's inputs, outputs, logs and params (Snakemake's objects or look-alikes), the
@@ -45,8 +68,9 @@ class StageRun:
 
     @classmethod
     def of(cls, input: dict, output: dict, log: dict, params: dict) -> StageRun:
-        """A run from plain mappings (tests, or a script run outside Snakemake)."""
-        return cls(*(SimpleNamespace(**values) for values in (input, output, log, params)))
+        """A run from plain mappings (tests, or a script run outside Snakemake): files by name
+        and by position, as Snakemake's are; params by name."""
+        return cls(Files(input), Files(output), Files(log), SimpleNamespace(**params))
 
     @cached_property
     def model_dir(self) -> Path:

@@ -6,11 +6,13 @@ memory only: never in an artifact, a log line or the report."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
 
 from infbench.core.errors import UserError
+from infbench.engines.servers import ServerSpec, start_server
 
 
 class EndpointError(UserError):
@@ -85,3 +87,10 @@ class ExternalEndpoint:
 
     def __exit__(self, *exc) -> None:
         pass
+
+
+def measured_server(spec: ServerSpec, external: dict | None, log_path: str | Path):
+    """The endpoint given in server.external, or a server of `spec`; not yet entered."""
+    if external:
+        return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
+    return start_server(spec, log_path)

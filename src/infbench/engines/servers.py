@@ -10,7 +10,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.settings import engine_env, vllm_engine_args
 from infbench.engines.vllm_server import VLLMServer
 
@@ -80,7 +79,7 @@ def spec_from_params(params, model_dir: str | Path, served_name: str) -> ServerS
     )
 
 
-def start_server(spec: ServerSpec, log_path: str | Path, port: int | None = None) -> VLLMServer:
+def start_server(spec: ServerSpec, log_path: str | Path) -> VLLMServer:
     """The server of `spec`, not yet started: enter it (`with`) or launch it with others
     (`vllm_server.started_together`); it is stopped on leaving either."""
     return VLLMServer(
@@ -89,13 +88,5 @@ def start_server(spec: ServerSpec, log_path: str | Path, port: int | None = None
         log_path,
         env={**engine_env(spec.threads, spec.device), **spec.env},
         startup_timeout_s=spec.startup_timeout_s,
-        port=port,
         extra_args=spec.flags or None,
     )
-
-
-def measured_server(spec: ServerSpec, external: dict | None, log_path: str | Path):
-    """The endpoint given in server.external, or a server of `spec`; not yet entered."""
-    if external:
-        return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
-    return start_server(spec, log_path)

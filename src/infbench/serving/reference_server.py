@@ -8,11 +8,12 @@ The schedule: a request waits for one of `max_num_seqs` slots (waiting, then run
 first token comes `ttft_ms` after it got its slot, and every later token
 `itl_ms + itl_ms_per_running x (requests running)` after the one before (a decode step that
 slows as the batch grows, so that a TPOT SLO has a known capacity); it always returns exactly
-`max_tokens` tokens. Each running request holds
-ceil((prompt + generated) / block_size) of `num_blocks` KV blocks. With prefix caching on, a
-prompt's whole blocks (short of its last token) that an earlier prompt shared are counted as
-hits, as vLLM counts them. Prompts are counted by the model's own tokenizer (chat through its
-template), so the server's counts are the pipeline's.
+`max_tokens` tokens. Each running request holds ceil((prompt + generated) / block_size) of
+`num_blocks` KV blocks. With prefix caching on, a prompt's whole blocks (short of its last
+token) that an earlier prompt filled are counted as hits, as vLLM counts them (decode blocks
+are not cached here). Prompts are counted by the model's tokenizer where one is given (chat
+through its template, as vLLM does), else one token a word. It runs as two processes in one
+group, as vLLM's API server and engine core do.
 
     python -m infbench.serving.reference_server --port 8000 --served-model-name tiny \\
         --tokenizer resources/models/tiny --ttft-ms 40 --itl-ms 10 --max-num-seqs 8
@@ -25,6 +26,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -60,12 +62,12 @@ class State:
 
 
 def shared_prefix_blocks(token_ids: list[int], block_size: int, cached: set) -> tuple[int, list[tuple]]:
-    """Whole blocks of the prompt (short of its last token, which is always computed) already
-    cached, counted from the start until the first miss; and every whole block's key."""
-    usable = (len(token_ids) - 1) // block_size
-    keys = [tuple(token_ids[: (index + 1) * block_size]) for index in range(usable)]
+    """Hits: the prompt's whole blocks already cached, from the start until the first miss, short
+    of its last token (always computed); and the keys of every whole block the prompt fills,
+    which are cached after it (as vLLM caches every full block)."""
+    keys = [tuple(token_ids[: (index + 1) * block_size]) for index in range(len(token_ids) // block_size)]
     hits = 0
-    for key in keys:
+    for key in keys[: (len(token_ids) - 1) // block_size]:
         if key not in cached:
             break
         hits += 1
@@ -123,8 +125,8 @@ def build_app(name: str, schedule: Schedule, tokenizer=None, api_key: str | None
             state.waiting -= 1
             state.running += 1
             try:
-                state.prefix_queries += len(ids)
-                if schedule.prefix_caching:
+                if schedule.prefix_caching:  # vLLM counts queries and hits only with caching on
+                    state.prefix_queries += len(ids)
                     hits, keys = shared_prefix_blocks(ids, schedule.block_size, state.cached_blocks)
                     state.prefix_hits += hits * schedule.block_size
                     state.cached_blocks.update(keys)
@@ -162,20 +164,19 @@ def build_app(name: str, schedule: Schedule, tokenizer=None, api_key: str | None
 
             task = asyncio.ensure_future(run(emit))
             try:
-                if chat:  # vLLM's first chat chunk carries the role only
-                    role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-                    first = {"id": request_id, "object": "chat.completion.chunk", "created": 0, "model": name,
-                             "choices": [role]}  # fmt: skip
-                    yield f"data: {json.dumps(first)}\n\n"
                 for _ in range(tokens):
                     index = await queue.get()
+                    if chat and index == 0:  # vLLM's first chat chunk, with the first output, carries the role only
+                        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                        first = {"id": request_id, "object": "chat.completion.chunk", "created": 0, "model": name,
+                                 "choices": [role]}  # fmt: skip
+                        yield f"data: {json.dumps(first)}\n\n"
                     finish = "length" if index == tokens - 1 else None
                     yield f"data: {json.dumps(chunk(request_id, TOKEN_TEXT, chat, finish))}\n\n"
                 await task
                 if (body.get("stream_options") or {}).get("include_usage"):
                     final = {
                         "id": request_id,
-                        "object": "x",
                         "created": 0,
                         "model": name,
                         "choices": [],
@@ -312,6 +313,9 @@ def main(argv: list[str] | None = None) -> None:
         options.prefix_caching,
     )
     app = build_app(options.served_model_name, schedule, tokenizer, options.api_key)
+    # A second process in the server's group, as vLLM's engine core is: stopping the server must
+    # stop its whole group, and a test can tell when it does not.
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(24 * 3600)"])
     started = time.strftime("%H:%M:%S")
     print(f"{started} reference server for {options.served_model_name} on {options.host}:{options.port}", flush=True)
     uvicorn.run(app, host=options.host, port=options.port, log_level="warning")

@@ -32,12 +32,13 @@ def run_tuning(
     load: dict,
     capacity: dict,
     tokenizer,
-    start=start_server,
+    start=None,
     progress=print,
 ) -> list[dict]:
     """One server start per grid cell (the specification with the cell's settings, started by
     `start`), each under the same saturating closed-loop load, then its SLO capacity searched
     (concurrency only, with the capacity settings)."""
+    start = start or start_server
     requests = cycle_requests(workload, tuning["requests"])
     cells = []
     for index, cell in enumerate(grid_cells(tuning["grid"])):
