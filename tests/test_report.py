@@ -51,7 +51,7 @@ def test_report_has_every_section_with_numbers(tiny_run):
     ):
         assert heading in html, heading
     # Every section of the registry, in its order, under its number and title (the live paging
-    # study's title gives the study's ratio as its artifact does). The tiny run leaves tuning off;
+    # stage's title gives the study's ratio as its artifact does). The tiny run leaves tuning off;
     # its section is rendered in tests/test_tuning.py.
     shown = [section for section in SECTIONS if section.name != "tuning"]
     headings = re.findall(r"<h3>([\d.–]+)\. ", html)
@@ -130,10 +130,15 @@ def test_report_in_a_real_browser(tiny_run):
     assert screenshot.stat().st_size > 50_000
 
 
-def test_snakemake_report_builds(tiny_run):
-    snakemake(tiny_run, "--report", "snakemake-report.html")
-    text = (tiny_run / "snakemake-report.html").read_text(errors="replace")
+def test_snakemake_report_builds_with_the_pages_section_numbers(tiny_run, tmp_path):
+    """`snakemake --report` (written outside the shared run) files each artifact under the
+    section number and title the HTML page gives it (the stage registry's)."""
+    snakemake(tiny_run, "--report", str(tmp_path / "snakemake-report.html"))
+    text = (tmp_path / "snakemake-report.html").read_text(errors="replace")
     assert "report.html" in text and "load.json" in text
+    for name in ("offline", "kv_problem", "paging", "serving", "client_fidelity", "capacity", "utilisation"):
+        category = SECTION[name].category  # as it is, or escaped in the report's data ("1\u20132. ...")
+        assert category in text or json.dumps(category)[1:-1] in text, category
 
 
 def test_figure_text_cut_off_is_detected():
@@ -253,7 +258,7 @@ def small_paging_live() -> dict:
 
 def test_a_section_shown_carries_the_registry_number_and_title():
     """Sections with a view model are shown in the registry's order under its number and title
-    (the live paging study's with the study's ratio as measured); those without are left out."""
+    (the live paging stage's with the study's ratio as measured); those without are left out."""
     artifacts = {"model": small_model(), "utilisation": small_utilisation(), "paging_live": small_paging_live()}
     html = render_page(build_context({"small": artifacts}, {}, []))
     utilisation = SECTION["utilisation"]

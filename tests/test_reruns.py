@@ -58,6 +58,21 @@ def test_reruns_redo_only_what_changed(run_copy, tiny_model, tmp_path):
     package = tiny_run / "src" / "infbench"
     for module, expected in (
         ("kv/validation.py", {"kv_validation", "html_report"}),
+        # The one server factory: every stage that starts a server, and what reads their results.
+        (
+            "engines/servers.py",
+            {
+                "serve",
+                "client_fidelity",
+                "prefix_caching",
+                "slo_capacity",
+                "paging_live",
+                "kv_validation",
+                "utilisation",
+                "html_report",
+            },  # fmt: skip
+        ),
+        ("core/stage.py", set()),
         ("core/provenance.py", set()),
         ("core/artifacts.py", set()),
     ):

@@ -1,4 +1,4 @@
-# The OpenAI-compatible server under load, and the studies that start servers of their own:
+# The OpenAI-compatible server under load, and the stages that start servers of their own:
 # client fidelity, tuning and prefix caching.
 
 

@@ -9,6 +9,7 @@ import seaborn as sns
 
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
+from infbench.stages import SECTION
 
 BUDGET_STRATEGIES = ("contiguous_512", "paged_16", "paged_128")
 CATEGORIES = ["token states", "reservation", "internal fragmentation", "external fragmentation"]
@@ -98,6 +99,8 @@ def view(allocator: dict | None, kv_validation: dict | None) -> dict | None:
     workload = next((t for t in allocator["traces"] if t["name"] == "workload"), None)
     pool = allocator["pool_sizing_check"]
     return {
+        # Where the page measures how many requests a pool admits live.
+        "live_sections": f"{SECTION['capacity'].number} and {SECTION['paging_live'].number}",
         "extensions": pd.DataFrame(allocator["study"]["extensions"]),
         "kv_bytes_per_token": f"{allocator['kv_bytes_per_token']:,}",
         "dtype": allocator["dtype"],

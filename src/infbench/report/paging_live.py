@@ -39,7 +39,7 @@ def server_table(paging: dict) -> pd.DataFrame:
 
 
 def view(paging: dict | None) -> dict | None:
-    """What the section shows; None where the live paging study did not run."""
+    """What the section shows; None where the live paging stage did not run."""
     if not paging:
         return None
     study, settings = paging["study"], paging["settings"]

@@ -116,7 +116,7 @@ async def stream_request(
     return StreamedResult(result, "".join(text), started)
 
 
-def load_client(base_url: str, timeout_s: float, api_key: str | None = None) -> openai.AsyncOpenAI:
+def openai_client(base_url: str, timeout_s: float, api_key: str | None = None) -> openai.AsyncOpenAI:
     """The openai client on its aiohttp transport: the HTTP stack vLLM's benchmark client uses
     (the default httpx one cost about twice its CPU per chunk). Its pool allows 1,000
     connections, more than any level keeps in flight. `api_key`: an external endpoint's key
@@ -158,7 +158,7 @@ async def run_level(
     sent on the `arrivals` schedule, at most `concurrency` in flight where it is given, as
     vLLM's --max-concurrency), through `api`. Without `scrape_metrics` (an endpoint with no
     /metrics) the level's server series is empty."""
-    client = load_client(base_url, timeout_s, api_key)
+    client = openai_client(base_url, timeout_s, api_key)
     scheduled = [] if arrivals is None else send_offsets(len(requests), arrivals, seed)
     gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
     try:

@@ -1,4 +1,5 @@
-"""The load client's timing against a reference server whose timing is known: an
+"""The load client's timing against a server whose timing is known (an in-process variant of
+infbench.serving.reference_server that also counts events and answers /metrics slowly): an
 OpenAI-compatible endpoint that streams each token at a fixed time after the request
 arrives, and a `/metrics` page that is slow to answer. vLLM cannot serve as the reference
 here: its own latencies are what a test could not tell apart from the client's."""
@@ -21,7 +22,7 @@ TOKEN_GAP_S = 0.05
 SLOW_SCRAPE_S = 0.6  # every /metrics answer takes this long
 
 
-class ReferenceServer:
+class ScheduledStreamServer:
     """Streams `max_tokens` chunks on a fixed schedule; counts preemption 'events' at the first
     request's arrival and just before the last chunk of the level's last request, so that a
     counter delta that misses the level's first or last moment reads low."""
@@ -84,7 +85,7 @@ class ReferenceServer:
         self.thread.join()
 
 
-def level(server: ReferenceServer, requests: int, interval_s: float, tokens: int = 8):
+def level(server: ScheduledStreamServer, requests: int, interval_s: float, tokens: int = 8):
     batch = [LoadRequest(f"r{i}", "hello", 4, tokens) for i in range(requests)]
     return asyncio.run(
         run_level(
@@ -101,7 +102,7 @@ def level(server: ReferenceServer, requests: int, interval_s: float, tokens: int
 
 
 def test_a_slow_scrape_during_a_level_does_not_shift_the_streams_timestamps():
-    with ReferenceServer(requests_per_level=2) as server:
+    with ScheduledStreamServer(requests_per_level=2) as server:
         # A scrape starts every 0.1 s and each takes 0.6 s: scrapes are in flight during the
         # whole level, including when the first token and every later token arrive.
         run = level(server, requests=2, interval_s=0.1)
@@ -117,7 +118,7 @@ def test_a_slow_scrape_during_a_level_does_not_shift_the_streams_timestamps():
 
 
 def test_counter_deltas_include_the_first_and_last_moments_of_a_level():
-    with ReferenceServer(requests_per_level=2) as server:
+    with ScheduledStreamServer(requests_per_level=2) as server:
         # A periodic scrape never fires in this short level: only the scrapes that bound it see
         # the event at the first request's arrival and the one at the last chunk.
         run = level(server, requests=2, interval_s=60.0)
