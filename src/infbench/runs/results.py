@@ -1,5 +1,5 @@
 """A finished run read back for comparison: a project folder, its `results/` folder, an archive
-made by `run_archive.pack`, or the result file of vLLM's own benchmark (`vllm bench serve
+made by `runs.archive.pack`, or the result file of vLLM's own benchmark (`vllm bench serve
 --save-result`). Each becomes a `RunResults`: its artifacts per model and its provenance as
 flat `key -> values` pairs, so that runs can be told apart by what differs between them."""
 

@@ -2,7 +2,7 @@
 `enable_prefix_caching`, alive together and taking turns on the same request sets (who goes
 first alternating by round), so drift of the machine falls on both. Before every measured
 pass the server's prefix cache is emptied (vLLM's /reset_prefix_cache, a dev-mode endpoint),
-so each pass starts cold and its hits can be predicted block by block (prefix_sharing)."""
+so each pass starts cold and its hits can be predicted block by block (serving.prefix_sets)."""
 
 from __future__ import annotations
 

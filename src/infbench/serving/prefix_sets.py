@@ -115,7 +115,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 def predicted_hits(prompt_ids: list[list[int]], block_size: int) -> dict:
     """Prefix-cache hits when the requests are admitted one after another into an empty cache:
-    a request reuses the full blocks (kv_simulator.shared_blocks: only whole blocks are hashed
+    a request reuses the full blocks (kv.simulator.shared_blocks: only whole blocks are hashed
     and shared) of its longest common prefix with any earlier request, short of its own last
     token, which vLLM always computes. Requests admitted in the same step as the one they
     share with find nothing cached yet, so a live server hits at most this many."""

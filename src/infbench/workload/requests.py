@@ -3,7 +3,7 @@
 It holds the study's own prompts plus either synthetic requests whose prompt and output
 lengths follow a log-normal distribution (ShareGPT-like or Alpaca-like presets,
 PagedAttention paper section 6), their text cut from a fixed English passage to the sampled
-token count, or a seeded sample of the user's own dataset (workload_sources). Counts come
+token count, or a seeded sample of the user's own dataset (workload.sources). Counts come
 from the model's own tokenizer. With `api: chat` each prompt is the model's chat template
 applied to the request's messages, the text every engine then runs.
 """
