@@ -117,3 +117,8 @@ STAGES = (
 def running_stages(config: dict) -> list[Stage]:
     """The stages this config runs, in the table's order (the order artifacts are listed in)."""
     return [stage for stage in STAGES if stage.runs(config)]
+
+
+def section_of(stage: str) -> Section:
+    """The report section that shows a stage's artifacts."""
+    return SECTION[next(entry.section for entry in STAGES if entry.name == stage)]

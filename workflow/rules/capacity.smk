@@ -7,7 +7,7 @@ rule slo_capacity:
     output:
         report(
             "results/{model}/slo_capacity.json",
-            category=category("capacity"),
+            category=category("slo_capacity"),
             subcategory="{model}",
             caption="../../report/captions/serving.rst",
         ),

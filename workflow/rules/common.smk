@@ -57,9 +57,10 @@ def script_code(name):
     ]
 
 
-def category(section):
-    """A report section's category in `snakemake --report`, as the HTML page numbers it."""
-    return stages.SECTION[section].category
+def category(stage):
+    """A stage's category in `snakemake --report`: its report section's number and title, as
+    the HTML page shows them (the stage registry says which section)."""
+    return stages.section_of(stage).category
 
 
 def workload_dataset():

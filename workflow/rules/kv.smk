@@ -8,7 +8,7 @@ rule allocator:
     output:
         report(
             "results/{model}/allocator.json",
-            category=category("kv_problem"),
+            category=category("allocator"),
             subcategory="{model}",
             caption="../../report/captions/allocator.rst",
         ),
@@ -38,7 +38,7 @@ rule kv_validation:
     output:
         report(
             "results/{model}/kv_validation.json",
-            category=category("paging"),
+            category=category("kv_validation"),
             subcategory="{model}",
             caption="../../report/captions/allocator.rst",
         ),

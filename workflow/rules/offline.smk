@@ -9,7 +9,7 @@ rule hf_baseline:
     output:
         report(
             "results/{model}/hf_baseline.json",
-            category=category("offline"),
+            category=category("hf_baseline"),
             subcategory="{model}",
             caption="../../report/captions/offline.rst",
         ),
@@ -46,7 +46,7 @@ rule vllm_offline:
     output:
         report(
             "results/{model}/vllm_offline.json",
-            category=category("offline"),
+            category=category("vllm_offline"),
             subcategory="{model}",
             caption="../../report/captions/offline.rst",
         ),
@@ -102,7 +102,7 @@ rule offline_comparison:
     output:
         report(
             "results/{model}/comparison.json",
-            category=category("offline"),
+            category=category("offline_comparison"),
             subcategory="{model}",
             caption="../../report/captions/comparison.rst",
         ),

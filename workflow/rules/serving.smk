@@ -7,13 +7,13 @@ rule serve:
     output:
         server=report(
             "results/{model}/server.json",
-            category=category("serving"),
+            category=category("serve"),
             subcategory="{model}",
             caption="../../report/captions/serving.rst",
         ),
         load=report(
             "results/{model}/load.json",
-            category=category("serving"),
+            category=category("serve"),
             subcategory="{model}",
             caption="../../report/captions/serving.rst",
         ),
