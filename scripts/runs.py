@@ -6,8 +6,9 @@
                          [--threshold 0.10] [--label NAME ...] [--gate '*/serve/c=4/output_throughput' ...]
 
 A run is a project folder, its results/ folder, an archive made by `pack`, or the JSON file
-`vllm bench serve --save-result` writes. `compare` exits 1 when a gated figure regressed (its
-whole 95 % interval past the threshold in the worse direction), 2 on bad input, else 0.
+`vllm bench serve --save-result` writes. `compare` exits 1 when a gated figure fails (missing
+from the candidate, without an interval there, or slower under Holm's step-down over every
+gated figure: docs/comparing-runs.md), 2 on bad input, else 0.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def compare(args) -> int:
     for line in regressions:
         print(line, file=sys.stderr)
     if regressions:
-        print(f"gate: {len(regressions)} gated figure(s) regressed; see {args.html}", file=sys.stderr)
+        print(f"gate: {len(regressions)} gated figure(s) failed the gate; see {args.html}", file=sys.stderr)
         return 1
     return 0
 
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     comparing.add_argument("--json", help="also write the comparison as JSON")
     comparing.add_argument("--threshold", type=float, default=0.10, help="smallest change called a difference")
     comparing.add_argument("--label", action="append", help="a name per run, in order (default: what differs)")
-    comparing.add_argument("--gate", action="append", help="fail (exit 1) if a figure matching this key regressed")
+    comparing.add_argument("--gate", action="append", help="fail (exit 1) if a matching figure fails the gate")
     args = parser.parse_args(argv)
     try:
         if args.command == "pack":

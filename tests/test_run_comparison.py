@@ -13,6 +13,7 @@ from infbench.core.stats import ratio_of_means
 from infbench.runs.archive import ArchiveError, pack, unpack
 from infbench.runs.comparison import (
     FASTER,
+    GATE_ALPHA,
     NO_DIFFERENCE,
     NO_INTERVAL,
     SLOWER,
@@ -216,3 +217,68 @@ def test_what_is_not_a_run_gets_one_line_naming_it(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(RunError, match="is not valid JSON"):
         load_run(tmp_path / "broken.json")
+
+
+def levels_artifact(tput_by_level: dict[int, list[float]]) -> dict:
+    """A load artifact with one closed-loop level per concurrency, its passes' throughputs given."""
+    one = artifact(128, "abc", [1.0], [1.0])
+    level = one["levels"][0]
+    one["levels"] = [
+        {**level, "max_concurrency": c, "repeats": [{"output_throughput": t, "median_ttft_ms": 10.0} for t in tput]}
+        for c, tput in tput_by_level.items()
+    ]
+    return one
+
+
+BASE_PASSES = [100.0, 102.0, 98.0, 101.0, 99.0]
+SLOWER_PASSES = [100.0, 103.0, 97.0, 101.5, 98.5]
+
+
+def test_the_gate_holds_its_family_of_figures_to_holm_and_cannot_be_dodged():
+    """Four gated levels each 9 % slower (p_slower 0.012: each verdict `slower`) are weak evidence
+    together: Holm at 2.5 % over four needs p <= 0.0063 first, so the gate passes; one 15 % slower
+    (p 0.0004) fails it alone. One gated figure is held to its verdict. A gated figure that
+    vanished from the candidate, or has one sample there, fails the gate."""
+    base = run("a", {"m": {"load": levels_artifact({c: BASE_PASSES for c in (1, 2, 3, 4)})}})
+
+    def candidate(factors: dict[int, float]) -> RunResults:
+        levels = {c: [v * factors.get(c, 1.0) for v in SLOWER_PASSES] for c in (1, 2, 3, 4)}
+        return run("b", {"m": {"load": levels_artifact(levels)}})
+
+    weak = comparison_record([base, candidate({1: 0.91, 2: 0.91, 3: 0.91, 4: 0.91})], threshold=0.05)
+    assert {f["verdict"] for f in weak["comparisons"][0]["figures"] if f["metric"] == "output_throughput"} == {SLOWER}
+    assert gate(weak, ["*/output_throughput"]) == []
+    assert len(gate(weak, ["*/c=2/output_throughput"])) == 1  # alone, the verdict decides
+    strong = comparison_record([base, candidate({1: 0.85, 2: 0.91, 3: 0.91, 4: 0.91})], threshold=0.05)
+    lines = gate(strong, ["*/output_throughput"])
+    assert (
+        len(lines) == 1 and lines[0].startswith("regressed: m/serve/c=1/output_throughput -15.") and "Holm" in lines[0]
+    )
+
+    levels = {c: [v * 0.99 for v in SLOWER_PASSES] for c in (1, 2, 3)}
+    levels[4] = [float("nan")] * 5  # every pass failed: no value
+    vanished = comparison_record([base, run("b", {"m": {"load": levels_artifact(levels)}})], threshold=0.05)
+    assert gate(vanished, ["*/c=4/output_throughput"]) == [
+        "missing: m/serve/c=4/output_throughput is in the baseline but not in b (no finite value)"
+    ]
+    single = {c: SLOWER_PASSES[:1] for c in (1, 2, 3, 4)}
+    dodged = comparison_record([base, run("b", {"m": {"load": levels_artifact(single)}})], threshold=0.05)
+    assert gate(dodged, ["*/c=1/output_throughput"])[0].startswith("no interval: m/serve/c=1/output_throughput")
+
+
+def test_p_slower_is_below_2_5_percent_exactly_when_the_verdict_is_slower():
+    """The gate's p-value and the page's verdict are one test: for one figure they agree."""
+    import random
+
+    from infbench.runs.comparison import Figure, p_slower
+
+    rng = random.Random(0)
+    for _ in range(400):
+        better = rng.choice(["higher", "lower"])
+        n_a, n_b = rng.randint(2, 6), rng.randint(2, 6)
+        shift, spread = rng.uniform(0.7, 1.3), rng.uniform(0.005, 0.2)
+        base = [100 * (1 + rng.gauss(0, spread)) for _ in range(n_a)]
+        cand = [100 * shift * (1 + rng.gauss(0, spread)) for _ in range(n_b)]
+        figures = [Figure("k", "m", "serve", "c", "x", "u", better, tuple(s), "s") for s in (base, cand)]
+        p = p_slower(*figures, threshold=0.05)
+        assert (p < GATE_ALPHA) == (verdict(ratio_of_means(cand, base), better, 0.05) == SLOWER), (base, cand, p)

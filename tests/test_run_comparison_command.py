@@ -117,7 +117,11 @@ def test_one_request_per_step_is_slower_and_the_gate_fails_on_it(serving_runs, t
     assert "regressed: tiny/serve/c=4/median_ttft_ms +" in result.stderr
     assert "regressed: tiny/serve/c=4/output_throughput -" in result.stderr
     page = (tmp_path / "seq.html").read_text()
-    assert "What differs between them" in page and "engine.max_num_seqs" in page and "gated figure(s) regressed" in page
+    assert (
+        "What differs between them" in page
+        and "engine.max_num_seqs" in page
+        and "gated figure(s) failed the gate" in page
+    )
     assert page.count("<figure>") == 1 and "data-clipped-text" not in page  # one ratio plot, every label inside it
     # The reverse comparison is faster, and gating it passes.
     reverse = runs_cli("compare", one_seq, same, "--json", "rev.json", "--html", "rev.html", *gated, cwd=tmp_path)

@@ -85,20 +85,38 @@ def summarize(values) -> Summary:
     )
 
 
-def ratio_of_means(numerator, denominator) -> dict:
-    """Ratio of two independent means with a 95 % CI from the delta method on the log scale:
+def log_ratio(numerator, denominator) -> tuple[float, float, int] | None:
+    """The ratio of two independent means and the standard error of its logarithm (delta
+    method), with the degrees of freedom its interval uses:
 
     r = mean(a) / mean(b)
     se(ln r) = sqrt( s_a^2 / (n_a mean(a)^2) + s_b^2 / (n_b mean(b)^2) )
-    CI = r * exp(+- t_{0.975, df} * se(ln r)),  df = min(n_a, n_b) - 1 (conservative)
-    """
+    df = min(n_a, n_b) - 1 (conservative)
+
+    None where either side has one sample or a mean that is not positive."""
     a, b = summarize(numerator), summarize(denominator)
-    ratio = a.mean / b.mean
     if a.n < 2 or b.n < 2 or a.mean <= 0 or b.mean <= 0:
-        return {"ratio": ratio, "ci95_low": math.nan, "ci95_high": math.nan}
+        return None
     se_log = math.sqrt(a.std**2 / (a.n * a.mean**2) + b.std**2 / (b.n * b.mean**2))
-    spread = math.exp(t_975(min(a.n, b.n) - 1) * se_log)
+    return a.mean / b.mean, se_log, min(a.n, b.n) - 1
+
+
+def ratio_of_means(numerator, denominator) -> dict:
+    """Ratio of two independent means with a 95 % CI on the log scale (log_ratio):
+    CI = r * exp(+- t_{0.975, df} * se(ln r))."""
+    fitted = log_ratio(numerator, denominator)
+    if fitted is None:
+        a, b = summarize(numerator), summarize(denominator)
+        return {"ratio": a.mean / b.mean, "ci95_low": math.nan, "ci95_high": math.nan}
+    ratio, se_log, df = fitted
+    spread = math.exp(t_975(df) * se_log)
     return {"ratio": ratio, "ci95_low": ratio / spread, "ci95_high": ratio * spread}
+
+
+def upper_tail(t: float, df: int) -> float:
+    """P(T >= t) for Student's t with `df` degrees of freedom (one-sided p-value of t)."""
+    tail = (1 - t_two_sided_coverage(abs(t), df)) / 2
+    return tail if t >= 0 else 1 - tail
 
 
 def paired_ratio(numerator, denominator) -> dict:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case
-from infbench.core.stats import ratio_of_means, summarize
+from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
 from infbench.runs.results import RunResults
 
 FASTER, SLOWER, NO_DIFFERENCE, NO_INTERVAL = "faster", "slower", "no difference detected", "no interval"
@@ -173,6 +173,7 @@ class FigureComparison:
     ci95_high: float
     verdict: str
     samples_are: dict
+    p_slower: float | None  # one-sided p-value of "no slower than the threshold band" (p_slower)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -196,7 +197,27 @@ def compare_figure(baseline: Figure, candidate: Figure, threshold: float) -> Fig
         ci95_high=ratio["ci95_high"],
         verdict=verdict(ratio, baseline.better, threshold),
         samples_are={"baseline": baseline.samples_are, "candidate": candidate.samples_are},
+        p_slower=p_slower(baseline, candidate, threshold),
     )
+
+
+def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | None:
+    """How surprising the candidate is if it is no slower than the threshold band: with the gain
+    g = candidate / baseline (baseline / candidate where lower is better) and se(ln g) from
+    stats.log_ratio,
+
+    t = (ln(1 / (1 + threshold)) - ln g) / se(ln g),   p = P(T >= t), df = min(n) - 1.
+
+    p < 0.025 exactly when the verdict is `slower` (the whole 95 % interval of g lies below
+    1 / (1 + threshold)). None without an interval (a run with one sample)."""
+    fitted = log_ratio(candidate.samples, baseline.samples)
+    if fitted is None:
+        return None
+    ratio, se_log, df = fitted
+    gain = ratio if baseline.better == "higher" else 1 / ratio
+    if se_log == 0:
+        return 0.0 if gain < 1 / (1 + threshold) else 1.0
+    return upper_tail((-math.log(1 + threshold) - math.log(gain)) / se_log, df)
 
 
 def paired_models(baseline: RunResults, candidate: RunResults) -> dict[str, str]:
@@ -284,14 +305,41 @@ def auto_labels(runs: list[RunResults], differences: list[dict], most: int = 2) 
     return labels
 
 
+# The gate's error rate over its whole family of gated figures (Holm's step-down): one-sided
+# 2.5 %, so that a gate on one figure fails exactly when its verdict is `slower`.
+GATE_ALPHA = 0.025
+GATE_METHOD = (
+    "a gated figure fails when it is missing from the candidate, has no interval there, or is slower: "
+    "Holm's step-down over every gated figure of the comparison at a family-wise 2.5 % (one-sided), "
+    "on p_slower (H0: no slower than the threshold band)"
+)
+
+
+def holm(p_values: list[float], alpha: float = GATE_ALPHA) -> list[bool]:
+    """Holm's step-down: with the m p-values in ascending order, reject the k-th (k = 1..m) while
+    p_(k) <= alpha / (m - k + 1); stop at the first that is not. The chance of rejecting any true
+    null among the m is at most alpha, whatever their dependence."""
+    rejected = [False] * len(p_values)
+    for rank, index in enumerate(sorted(range(len(p_values)), key=p_values.__getitem__)):
+        if p_values[index] > alpha / (len(p_values) - rank):
+            break
+        rejected[index] = True
+    return rejected
+
+
 def gate(record: dict, patterns: list[str]) -> list[str]:
-    """One line per gated figure that regressed (verdict `slower`: its whole interval is past the
-    threshold in the worse direction), empty when none did. A pattern (fnmatch, on the figure's
-    key) that matches no compared figure is an error: a gate that cannot fail is no gate."""
-    compared = [figure for comparison in record["comparisons"] for figure in comparison["figures"]]
+    """One line per gated figure that fails (GATE_METHOD), empty when none does. A pattern
+    (fnmatch, on the figure's key) that matches no figure of the baseline is an error: a gate
+    that cannot fail is no gate."""
+
+    def gated(key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+    baseline_keys = {f["key"] for c in record["comparisons"] for f in c["figures"]}
+    baseline_keys |= {key for c in record["comparisons"] for key in c["only_in_baseline"]}
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(figure["key"], pattern) for figure in compared):
-            keys = sorted({figure["key"] for figure in compared})
+        if not any(fnmatch.fnmatchcase(key, pattern) for key in baseline_keys):
+            keys = sorted(baseline_keys)
             raise GateError(
                 f"--gate {pattern!r} matches none of the {len(keys)} compared figures (e.g. "
                 f"{', '.join(keys[:3]) or 'none'}); name one by its key, wildcards allowed, such as "
@@ -299,13 +347,24 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
             )
     lines = []
     for comparison in record["comparisons"]:
-        for figure in comparison["figures"]:
-            if figure["verdict"] == SLOWER and any(fnmatch.fnmatchcase(figure["key"], p) for p in patterns):
+        pair = f"{comparison['candidate']} / {comparison['baseline']}"
+        for key in comparison["only_in_baseline"]:
+            if gated(key):
+                lines.append(
+                    f"missing: {key} is in the baseline but not in {comparison['candidate']} (no finite value)"
+                )
+        figures = [figure for figure in comparison["figures"] if gated(figure["key"])]
+        for figure in figures:
+            if figure["p_slower"] is None:
+                lines.append(f"no interval: {figure['key']} ({pair}): a run has one sample, so it cannot be judged")
+        tested = [figure for figure in figures if figure["p_slower"] is not None]
+        for figure, regressed in zip(tested, holm([figure["p_slower"] for figure in tested])):
+            if regressed:
                 lines.append(
                     f"regressed: {figure['key']} {(figure['ratio'] - 1) * 100:+.1f} % "
-                    f"({figure['better']} is better; {comparison['candidate']} / {comparison['baseline']} = "
-                    f"{figure['ratio']:.3f}, 95 % interval [{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}], "
-                    f"wholly past the {record['threshold']:.0%} threshold)"
+                    f"({figure['better']} is better; {pair} = {figure['ratio']:.3f}, 95 % interval "
+                    f"[{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}]; p_slower {figure['p_slower']:.2g}, "
+                    f"Holm over {len(tested)} gated figure(s) at {GATE_ALPHA:.1%}, threshold {record['threshold']:.0%})"
                 )
     return lines
 
