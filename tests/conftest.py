@@ -171,3 +171,25 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+
+
+# Student's t_{0.975, df} from a table (not from infbench.core.stats), for tests that recompute
+# an artifact's interval from its own samples.
+T_975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 6: 2.4469, 7: 2.3646}
+
+
+def reference_mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """mean and mean -+ t * s / sqrt(n), the textbook way."""
+    import statistics
+
+    n, mean = len(values), statistics.fmean(values)
+    half = T_975[n - 1] * statistics.stdev(values) / n**0.5
+    return mean, mean - half, mean + half
+
+
+def reference_paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of the pairs' ratios and its interval on the log scale."""
+    import math
+
+    mean, low, high = reference_mean_interval([math.log(a / b) for a, b in zip(numerator, denominator)])
+    return math.exp(mean), math.exp(low), math.exp(high)

@@ -9,6 +9,15 @@ from conftest import tiny_config
 # ------------------------------------------------------------------------ the tiny run
 
 
+def wilson_95(successes: int, n: int) -> tuple[float, float]:
+    """The Wilson score interval, written out here (z = 1.959964), ends exact at 0 and n."""
+    z, p = 1.959964, successes / n
+    centre, half = p + z * z / (2 * n), z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    low = 0.0 if successes == 0 else (centre - half) / (1 + z * z / n)
+    high = 1.0 if successes == n else (centre + half) / (1 + z * z / n)
+    return low, high
+
+
 def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run):
     from infbench.core.artifacts import read_json, read_jsonl, validate
     from infbench.kv.simulator import Strategy, TraceRequest, static_capacity
@@ -30,8 +39,8 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
         assert probe["requests"] == sum(p["requests"] for p in passes) >= 2 * probe["load"]
         assert probe["met_slo"] == sum(p["met_slo"] for p in passes)
         assert probe["met"] == (probe["attainment"] >= target and not probe["saturated"])
-        low, high = probe["attainment_ci95"]
-        assert low <= probe["attainment"] <= high
+        assert probe["attainment"] == pytest.approx(probe["met_slo"] / probe["requests"])
+        assert probe["attainment_ci95"] == pytest.approx(wilson_95(probe["met_slo"], probe["requests"]), abs=1e-9)
         # A probe stops before its last pass only when its interval already lies below the target.
         if probe["stopped_early"]:
             assert not probe["met"]

@@ -4,7 +4,7 @@ from datetime import datetime
 
 import pytest
 import torch
-from conftest import dry_run_jobs, snakemake
+from conftest import dry_run_jobs, reference_paired_ratio, snakemake
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from infbench.core.artifacts import read_json, read_jsonl, validate
@@ -80,8 +80,10 @@ def test_interleaved_rounds_run_in_order_and_give_paired_intervals(artifacts):
     assert rounds["rounds"] == 2 and "between processes" in rounds["interval_scope"]
     for ratio in rounds["ratios"]:
         assert len(ratio["round_ratios"]) == 2
-        low, high = ratio["across_rounds"]["ci95_low"], ratio["across_rounds"]["ci95_high"]
-        assert 0 < low <= ratio["across_rounds"]["ratio"] <= high
+        # Each round's ratio paired: the geometric mean with a t interval on the log scale.
+        expected = reference_paired_ratio(ratio["round_ratios"], [1.0, 1.0])
+        across = ratio["across_rounds"]
+        assert (across["ratio"], across["ci95_low"], across["ci95_high"]) == pytest.approx(expected, rel=1e-4)
     assert all("within-process" in r["interval_scope"] for r in artifacts["comparison"]["ratios"])
 
 

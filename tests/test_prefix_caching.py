@@ -2,6 +2,7 @@
 the live server to it, the request sets, and the tiny run's study."""
 
 import pytest
+from conftest import reference_paired_ratio
 
 from infbench.core.artifacts import read_json, validate
 from infbench.serving.prefix_caching import hit_checks
@@ -98,4 +99,10 @@ def test_the_tiny_runs_prefix_caching_stage(tiny_run):
             assert passes["on"]["query_tokens"] == predicted["query_tokens"]
     report = (tiny_run / "results/report.html").read_text()
     assert "Prefix caching off and on" in report
-    assert study["sets"][0]["gains"]["median_ttft_ms"]["ratio"] > 0
+    # Gains are on / off, paired by round: recomputed from the rounds themselves.
+    for prefix_set in study["sets"]:
+        for key, gain in prefix_set["gains"].items():
+            on = [record[prefix_set["name"]]["on"][key] for record in study["rounds"]]
+            off = [record[prefix_set["name"]]["off"][key] for record in study["rounds"]]
+            expected = reference_paired_ratio(on, off)
+            assert (gain["ratio"], gain["ci95_low"], gain["ci95_high"]) == pytest.approx(expected, rel=1e-4), key

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, snakemake, tiny_config, write_config
+from conftest import REPO, reference_mean_interval, reference_paired_ratio, snakemake, tiny_config, write_config
 
 from infbench.core.artifacts import read_json, validate
 from infbench.engines.settings import engine_env, vllm_engine_args
@@ -124,7 +124,9 @@ def test_serve_artifacts(tiny_run):
         assert level["completed"] == 32 and level["failed"] == 0
         assert level["total_output_tokens"] == sum(r["total_output_tokens"] for r in level["repeats"])
         across = level["across_repeats"]["output_throughput"]
-        assert across["n"] == 2 and across["ci95_low"] <= across["mean"] <= across["ci95_high"]
+        expected = reference_mean_interval([r["output_throughput"] for r in level["repeats"]])
+        assert across["n"] == 2
+        assert (across["mean"], across["ci95_low"], across["ci95_high"]) == pytest.approx(expected, rel=1e-4)
         # 32 pooled requests support p90 (10) and p95 (20), not p99 (100).
         assert level["percentile_support"]["ttft"] == {"n": 32, "supported": [50, 90, 95]}
         assert {c["name"] for c in level["checks"]} >= {
@@ -188,8 +190,12 @@ def test_client_fidelity_artifact(tiny_run):
         for client in ("ours", "vllm"):
             assert record[client]["completed"] == 8 and record[client]["total_output_tokens"] == 64
     assert set(fidelity["ratios"]) == {"output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"}
-    for ratio in fidelity["ratios"].values():
-        assert ratio["ci95_low"] <= ratio["ratio"] <= ratio["ci95_high"] and len(ratio["round_ratios"]) == 2
+    for metric, ratio in fidelity["ratios"].items():
+        ours = [record["ours"][metric] for record in fidelity["rounds"]]
+        theirs = [record["vllm"][metric] for record in fidelity["rounds"]]
+        assert ratio["round_ratios"] == pytest.approx([a / b for a, b in zip(ours, theirs)])
+        expected = reference_paired_ratio(ours, theirs)
+        assert (ratio["ratio"], ratio["ci95_low"], ratio["ci95_high"]) == pytest.approx(expected, rel=1e-4), metric
     checks = {c["name"]: c["status"] for c in fidelity["checks"]}
     assert checks["clients_did_the_same_work"] == "pass"
     assert "--disable-shuffle" in fidelity["vllm_bench_arguments"]
