@@ -48,6 +48,8 @@ def view(paging: dict | None) -> dict | None:
     return {
         "title": title(study["ratio"]),
         "pool_tokens": f"{settings['pool_tokens']:,}",
+        "lent_slots": f"{contiguous['simulator']['lent_slots']:,}",
+        "paged_blocks": paged["kv"]["num_blocks"],
         "max_model_len": settings["max_model_len"],
         "paged_block_size": paged["block_size"],
         "requests": settings["requests"],
