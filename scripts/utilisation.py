@@ -26,6 +26,7 @@ def main(stage):
             "kv_bytes_per_token": kv_per_token,
             "bandwidth_bytes_per_s": bandwidth,
             "bandwidth_method": machine["method"],
+            "triad_bytes_per_s": machine.get("triad", {}).get("best_bytes_per_s"),
             "formula": FORMULA,
             "rows": rows,
         },

@@ -217,7 +217,7 @@ def small_model() -> dict:
 
 def small_utilisation() -> dict:
     row = {"stage": "vllm_offline", "case": "single", "mbu": 0.25, "bytes_per_s": 2e9}
-    row |= {"running": 1.0, "kv_tokens": 10.0, "weights_share": 0.9}
+    row |= {"running": 1.0, "running_from": "gauge", "kv_tokens": 10.0, "weights_share": 0.9}
     return {
         "rows": [row],
         "bandwidth_bytes_per_s": 8e9,

@@ -35,3 +35,32 @@ def test_mbu_formula():
     assert figures["mbu"] == pytest.approx((20e9 + 20e6) / 40e9)
     assert figures["running"] == pytest.approx(5.0)
     assert mbu(weight_bytes=1, kv_bytes_per_token=1, tpot_s=None, output_tok_s=1, kv_tokens=1, bandwidth=1) is None
+
+
+def test_mbu_takes_the_servers_running_gauge_and_token_weighted_context():
+    from infbench.utilisation.mbu import kv_tokens, mbu, serving_rows
+
+    # Running from the gauge (3 requests), not from throughput x TPOT (5): 1 GB + 3 x 200 x 1 kB a step.
+    gauge = mbu(
+        weight_bytes=10**9,
+        kv_bytes_per_token=1000,
+        tpot_s=0.05,
+        output_tok_s=100,
+        kv_tokens=200,
+        bandwidth=40e9,
+        running=3.0,
+    )
+    assert gauge["bytes_per_s"] == pytest.approx((1e9 + 3 * 200 * 1000) / 0.05) and gauge["running_from"] == "gauge"
+    # A long request decodes for more steps than a short one: its contexts weigh more. Per request,
+    # (10 + 1) and (100 + 50); per token, (2 x 11 + 100 x 150) / 102.
+    requests = [{"prompt_tokens": 10, "output_tokens": 2}, {"prompt_tokens": 100, "output_tokens": 100}]
+    assert kv_tokens(requests) == pytest.approx((2 * 11 + 100 * 150) / 102)
+    # A serving level's gauge is the mean of the scrapes inside each pass, not those before or after.
+    series = [{"t": -0.1, "vllm:num_requests_running": 9.0}, {"t": 0.5, "vllm:num_requests_running": 2.0},
+              {"t": 1.5, "vllm:num_requests_running": 4.0}, {"t": 2.5, "vllm:num_requests_running": 9.0}]  # fmt: skip
+    request = {"prompt_tokens": 10, "output_tokens": 10, "success": True}
+    level = {"request_rate": "inf", "max_concurrency": 4, "burstiness": None, "ramp_end_rate": None,
+             "mean_tpot_ms": 50.0, "output_throughput": 100.0,
+             "repeats": [{"duration": 2.0, "metrics_series": series, "requests": [request]}]}  # fmt: skip
+    (row,) = serving_rows({"levels": [level]}, 10**9, 1000, 40e9)
+    assert row["running"] == pytest.approx(3.0) and row["running_from"] == "gauge"

@@ -18,7 +18,8 @@ def view(utilisation: dict | None) -> dict | None:
             "case": row["case"],
             "MBU %": 100 * row["mbu"],
             "GB/s read": row["bytes_per_s"] / 1e9,
-            "running (tok/s x TPOT)": row["running"],
+            "running": row["running"],
+            "running from": row["running_from"],
             "mean KV tokens": row["kv_tokens"],
             "weights share %": 100 * row["weights_share"],
         }
@@ -27,6 +28,7 @@ def view(utilisation: dict | None) -> dict | None:
     return {
         "bandwidth_gb_s": fmt(utilisation["bandwidth_bytes_per_s"] / 1e9, 1),
         "method": utilisation["bandwidth_method"],
+        "triad_gb_s": fmt(utilisation["triad_bytes_per_s"] / 1e9, 1) if utilisation.get("triad_bytes_per_s") else None,
         "weights_gb": fmt(utilisation["weight_bytes"] / 1e9, 2),
         "dtype": utilisation["dtype"],
         "formula": utilisation["formula"],

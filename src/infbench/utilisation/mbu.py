@@ -1,12 +1,15 @@
 """Model bandwidth utilisation (MBU): how close a decode runs to what the memory allows. Each
 decode step reads the weights once and the KV cache of every running request:
 
-    bytes per step  = weight bytes + running x KV tokens per request x KV bytes per token
+    bytes per step  = weight bytes + running x KV tokens x KV bytes per token
     steps per s     = 1 / TPOT                        (one token per running request a step)
-    running         = output tokens/s x TPOT          (tokens a step, from the same figures)
-    KV tokens       = mean prompt + mean output / 2   (the mean context over the decode)
-    MBU             = bytes per step x steps per s / measured bandwidth (best triad pass)
-                    = (weight bytes / TPOT + output tokens/s x KV tokens x KV bytes per token) / bandwidth
+    running         = the server's running-requests gauge, time-averaged over the passes
+                      (serving levels); output tokens/s x TPOT where there is no gauge (offline)
+    KV tokens       = sum(o (p + o / 2)) / sum(o)     (each decode step's context, p + k at its
+                                                       k-th output token, averaged over every step
+                                                       of every request: weighted by tokens)
+    MBU             = bytes per step x steps per s / read bandwidth (best pass of machine.json)
+                    = (weight bytes + running x KV tokens x KV bytes per token) / TPOT / bandwidth
 
 Prefill is left out (TPOT excludes it, the throughput's duration includes it), so MBU reads a
 little low where prompts are long; activations and the KV written are left out too.
@@ -18,7 +21,8 @@ from infbench.core.level_names import level_case
 from infbench.model.folder import DTYPE_BYTES
 
 FORMULA = (
-    "MBU = (weight bytes / TPOT + output tokens/s x (mean prompt + mean output / 2) x KV bytes per token) / bandwidth"
+    "MBU = (weight bytes + running x KV tokens x KV bytes per token) / TPOT / read bandwidth; running from the "
+    "server's gauge (offline: output tok/s x TPOT), KV tokens = sum(o (p + o/2)) / sum(o)"
 )
 
 
@@ -30,14 +34,20 @@ def mbu(
     output_tok_s: float,
     kv_tokens: float,
     bandwidth: float,
+    running: float | None = None,
 ) -> dict | None:
+    """MBU of one decode; `running` from the server's gauge where it has one, else Little's law
+    on the same figures (tokens a step = output tokens/s x seconds a step)."""
     if not tpot_s or not output_tok_s:
         return None
-    bytes_per_s = weight_bytes / tpot_s + output_tok_s * kv_tokens * kv_bytes_per_token
+    running_from = "gauge" if running is not None else "output tok/s x TPOT"
+    running = running if running is not None else output_tok_s * tpot_s
+    bytes_per_s = (weight_bytes + running * kv_tokens * kv_bytes_per_token) / tpot_s
     return {
         "mbu": bytes_per_s / bandwidth,
         "bytes_per_s": bytes_per_s,
-        "running": output_tok_s * tpot_s,
+        "running": running,
+        "running_from": running_from,
         "kv_tokens": kv_tokens,
         "weights_share": weight_bytes / tpot_s / bytes_per_s,
     }
@@ -49,8 +59,22 @@ def model_bytes(facts: dict, dtype: str) -> tuple[int, int]:
 
 
 def kv_tokens(requests: list[dict]) -> float:
-    done = [r for r in requests if r.get("success", True)]
-    return sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in done) / len(done)
+    """The mean context of a decode step, weighted by tokens: sum(o (p + o/2)) / sum(o)."""
+    done = [r for r in requests if r.get("success", True) and r["output_tokens"]]
+    outputs = sum(r["output_tokens"] for r in done)
+    return sum(r["output_tokens"] * (r["prompt_tokens"] + r["output_tokens"] / 2) for r in done) / outputs
+
+
+def mean_running(level: dict) -> float | None:
+    """The running-requests gauge averaged over the level's passes, the scrapes inside each pass
+    (none where the server publishes no /metrics)."""
+    values = [
+        sample["vllm:num_requests_running"]
+        for repeat in level["repeats"]
+        for sample in repeat.get("metrics_series", [])
+        if 0 <= sample["t"] <= repeat["duration"] and "vllm:num_requests_running" in sample
+    ]
+    return sum(values) / len(values) if values else None
 
 
 def offline_rows(engine: str, artifact: dict, weight_bytes: int, kv_per_token: int, bandwidth: float) -> list[dict]:
@@ -81,6 +105,7 @@ def serving_rows(load: dict, weight_bytes: int, kv_per_token: int, bandwidth: fl
             output_tok_s=level["output_throughput"],
             kv_tokens=kv_tokens(requests),
             bandwidth=bandwidth,
+            running=mean_running(level),
         )
         if figures:
             case = level_case(
