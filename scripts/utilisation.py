@@ -2,14 +2,13 @@
 
 from infbench.core.artifacts import read_json
 from infbench.core.stage import run_stage
-from infbench.utilisation.mbu import FORMULA, model_bytes, offline_rows, serving_rows
+from infbench.utilisation.mbu import FORMULA, model_bytes, offline_rows, reference_bandwidth, serving_rows
 
 
 def main(stage):
     params = stage.params
     facts = stage.facts
-    machine = read_json(stage.input.machine)["memory_bandwidth"]
-    bandwidth = machine["best_bytes_per_s"]
+    bandwidth, method, kernels = reference_bandwidth(read_json(stage.input.machine)["memory_bandwidth"])
     weight_bytes, kv_per_token = model_bytes(facts, params.dtype)
     rows = []
     for offline in ("hf_baseline", "vllm_offline"):
@@ -25,8 +24,8 @@ def main(stage):
             "weight_bytes": weight_bytes,
             "kv_bytes_per_token": kv_per_token,
             "bandwidth_bytes_per_s": bandwidth,
-            "bandwidth_method": machine["method"],
-            "triad_bytes_per_s": machine.get("triad", {}).get("best_bytes_per_s"),
+            "bandwidth_method": method,
+            "bandwidth_by_kernel": kernels,
             "formula": FORMULA,
             "rows": rows,
         },

@@ -64,3 +64,12 @@ def test_mbu_takes_the_servers_running_gauge_and_token_weighted_context():
              "repeats": [{"duration": 2.0, "metrics_series": series, "requests": [request]}]}  # fmt: skip
     (row,) = serving_rows({"levels": [level]}, 10**9, 1000, 40e9)
     assert row["running"] == pytest.approx(3.0) and row["running_from"] == "gauge"
+
+
+def test_mbu_is_computed_against_the_higher_kernel_and_says_which():
+    from infbench.utilisation.mbu import reference_bandwidth
+
+    read = {"method": "read", "best_bytes_per_s": 12e9, "triad": {"method": "triad", "best_bytes_per_s": 15e9}}
+    assert reference_bandwidth(read) == (15e9, "triad", {"read": 12e9, "triad": 15e9})
+    read["best_bytes_per_s"] = 18e9
+    assert reference_bandwidth(read)[:2] == (18e9, "read")

@@ -28,7 +28,9 @@ def view(utilisation: dict | None) -> dict | None:
     return {
         "bandwidth_gb_s": fmt(utilisation["bandwidth_bytes_per_s"] / 1e9, 1),
         "method": utilisation["bandwidth_method"],
-        "triad_gb_s": fmt(utilisation["triad_bytes_per_s"] / 1e9, 1) if utilisation.get("triad_bytes_per_s") else None,
+        "kernels": ", ".join(
+            f"{name} {fmt(value / 1e9, 1)} GB/s" for name, value in utilisation.get("bandwidth_by_kernel", {}).items()
+        ),
         "weights_gb": fmt(utilisation["weight_bytes"] / 1e9, 2),
         "dtype": utilisation["dtype"],
         "formula": utilisation["formula"],

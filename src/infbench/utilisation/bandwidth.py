@@ -6,9 +6,10 @@ arrays far larger than any cache, two ways:
                                 written; on CPUs the written line is also read first, which
                                 STREAM does not count, so the triad reads low by up to a quarter)
 
-A decode step reads weights and KV cache and writes little, so MBU is computed against the read
-bandwidth; the triad is kept beside it, as the figure most published bandwidths are. Each is the
-best pass (the hardware's reach), with the median kept to show the spread.
+A decode step reads weights and KV cache and writes little, which the read measures; a reduction
+can also be bound by the cores rather than the memory, so MBU is computed against the higher of
+the two (mbu.reference_bandwidth, the kernel used stated). Each is the best pass (the
+hardware's reach), with the median kept to show the spread.
 """
 
 from __future__ import annotations
