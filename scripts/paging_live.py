@@ -1,5 +1,5 @@
-"""Rule `paging_live`: the study's 10,000-slot pool on two vLLM servers, one 512-token block
-per request against paging, each driven above its limit -> paging_live.json."""
+"""Rule `paging_live`: the study's 10,000-slot pool on two vLLM servers (each lending the same 9,216
+slots), one 512-token block per request against paging, each driven above its limit -> paging_live.json."""
 
 from pathlib import Path
 
@@ -9,6 +9,7 @@ from infbench.engines.servers import spec_from_params, start_server
 from infbench.engines.vllm_server import ServerError, started_together
 from infbench.kv.paging_live import (
     drive,
+    lent_slots,
     live_ratio,
     predict,
     server_pools,
@@ -47,7 +48,8 @@ def main(stage):
             live = drive(server, requests, params.metrics_interval_s, params.server["request_timeout_s"])
             if not server.alive():
                 raise ServerError(f"the {name} server died while driven; its log:\n{server.log_tail()}")
-            result = side_by_side(name, block_size, kv, predict(settings, block_size, num_blocks), live)
+            predicted = predict(settings, block_size, num_blocks)
+            result = side_by_side(name, block_size, kv, predicted, live, lent_slots(settings))
             results.append(result)
             print(
                 f"{name}: peak running {live['peak_num_requests_running']:.0f} (simulator: "

@@ -78,11 +78,23 @@ def test_interleaved_rounds_run_in_order_and_give_paired_intervals(artifacts):
     assert hf_2[1] <= vllm_2[0]
     rounds = artifacts["comparison"]["interleaved_rounds"]
     assert rounds["rounds"] == 2 and "between processes" in rounds["interval_scope"]
+    hf_rounds = [artifacts["hf_baseline"], artifacts[ROUND_ARTIFACTS[0]]]
+    vllm_rounds = [artifacts["vllm_offline"], artifacts[ROUND_ARTIFACTS[1]]]
+
+    def round_means(rounds, scenario):  # each round's mean output throughput over its repeats
+        means = []
+        for artifact in rounds:
+            (found,) = [s for s in artifact["scenarios"] if s["name"] == scenario]
+            means.append(sum(r["output_throughput"] for r in found["repeats"]) / len(found["repeats"]))
+        return means
+
     for ratio in rounds["ratios"]:
-        assert len(ratio["round_ratios"]) == 2
-        # Each round's ratio paired: the geometric mean with a t interval on the log scale.
-        expected = reference_paired_ratio(ratio["round_ratios"], [1.0, 1.0])
+        vllm = round_means(vllm_rounds, ratio["vllm_scenario"])
+        hf = round_means(hf_rounds, ratio["hf_scenario"])
+        assert ratio["round_ratios"] == pytest.approx([v / h for v, h in zip(vllm, hf)])
+        # The rounds paired: the geometric mean of their ratios with a t interval on the log scale.
         across = ratio["across_rounds"]
+        expected = reference_paired_ratio(vllm, hf)
         assert (across["ratio"], across["ci95_low"], across["ci95_high"]) == pytest.approx(expected, rel=1e-4)
     assert all("within-process" in r["interval_scope"] for r in artifacts["comparison"]["ratios"])
 

@@ -49,7 +49,8 @@ def test_paging_predictions_on_the_study_pool():
     # Paged at 32: blocks 2 + 5 + 1 + 9 + 3 = 20 per five requests at their peak, 288 lent: 14 rounds
     # of five (280 blocks), then 2 + 5 + 1 more requests fit (288) and the 9-block one does not.
     paged = predict(settings, 32, 289)
-    assert paged["users_at_peak_footprint"] == 73 and paged["lent_slots"] == contiguous["lent_slots"] == 9216
+    assert paged["users_at_peak_footprint"] == paged["replay_peak_running"] == 73 and paged["replay_preemptions"] == 7
+    assert paged["lent_slots"] == contiguous["lent_slots"] == 9216
 
 
 def test_the_paging_checks_fail_on_a_wrong_pool_a_burst_not_held_and_a_count_off_the_replay():
@@ -58,13 +59,14 @@ def test_the_paging_checks_fail_on_a_wrong_pool_a_burst_not_held_and_a_count_off
     predicted = {"usable_blocks": 288, "lent_slots": 9216, "users_at_peak_footprint": 73, "replay_peak_running": 73}
     kv = {"num_blocks": 289, "block_size": 32}
     live = {"requests": 100, "completed": 100, "prompt_tokens_as_sent": True, "peak_num_requests_running": 72,
-            "peak_num_requests_waiting": 27, "running_waiting": [[20, 80], [72, 28], [73, 0]]}  # fmt: skip
+            "peak_num_requests_waiting": 28, "running_waiting": [[20, 80], [71, 28], [72, 20], [72, 0]]}  # fmt: skip
 
-    def statuses(kv=kv, live=live):
-        return {c["name"]: c["status"] for c in side_by_side("paged_32", 32, kv, predicted, live)["checks"]}
+    def statuses(kv=kv, live=live, target=9216):
+        return {c["name"]: c["status"] for c in side_by_side("paged_32", 32, kv, predicted, live, target)["checks"]}
 
     assert set(statuses().values()) == {"pass"}
     assert statuses(kv={"num_blocks": 312, "block_size": 32})["pool"] == "fail"  # 9,952 slots, not 9,216
-    burst = {**live, "running_waiting": [[20, 80], [72, 0], [73, 0]]}  # waited only while filling up
+    assert statuses(target=9984)["pool"] == "fail"  # the pool asked for is not the contiguous server's
+    burst = {**live, "running_waiting": [[20, 80], [71, 28], [72, 0]]}  # one scrape at the limit: not held
     assert statuses(live=burst)["driven_above_limit"] == "fail"
     assert statuses(live={**live, "peak_num_requests_running": 78})["admits_replay_count"] == "fail"

@@ -20,7 +20,7 @@ def test_mbu_for_every_offline_scenario_and_serving_level(tiny_run):
     levels = read_json(tiny_run / "results/tiny/load.json")["levels"]
     assert sum(stage == "serve" for stage, _ in cases) == len(levels)
     for row in utilisation["rows"]:
-        # No decode reads memory faster than the machine's best triad.
+        # No decode reads memory faster than the bandwidth it is measured against.
         assert 0 < row["mbu"] < 1, row
 
 
@@ -52,12 +52,20 @@ def test_mbu_takes_the_servers_running_gauge_and_token_weighted_context():
     )
     assert gauge["bytes_per_s"] == pytest.approx((1e9 + 3 * 200 * 1000) / 0.05) and gauge["running_from"] == "gauge"
     # A long request decodes for more steps than a short one: its contexts weigh more. Per request,
-    # (10 + 1) and (100 + 50); per token, (2 x 11 + 100 x 150) / 102.
-    requests = [{"prompt_tokens": 10, "output_tokens": 2}, {"prompt_tokens": 100, "output_tokens": 100}]
-    assert kv_tokens(requests) == pytest.approx((2 * 11 + 100 * 150) / 102)
-    # A serving level's gauge is the mean of the scrapes inside each pass, not those before or after.
+    # (10 + 1) and (100 + 50); per decode step (o - 1 of them), (1 x 11 + 99 x 150) / 100; a
+    # one-token request decodes nothing and weighs nothing.
+    requests = [
+        {"prompt_tokens": 10, "output_tokens": 2},
+        {"prompt_tokens": 100, "output_tokens": 100},
+        {"prompt_tokens": 500, "output_tokens": 1},
+    ]
+    assert kv_tokens(requests) == pytest.approx((1 * 11 + 99 * 150) / 100)
+    assert kv_tokens([{"prompt_tokens": 5, "output_tokens": 1}]) is None  # nothing decoded: no MBU, no crash
+    # A serving level's gauge is the mean of the scrapes inside each pass at which anything ran,
+    # not those before or after it, nor the idle ones.
     series = [{"t": -0.1, "vllm:num_requests_running": 9.0}, {"t": 0.5, "vllm:num_requests_running": 2.0},
-              {"t": 1.5, "vllm:num_requests_running": 4.0}, {"t": 2.5, "vllm:num_requests_running": 9.0}]  # fmt: skip
+              {"t": 1.0, "vllm:num_requests_running": 0.0}, {"t": 1.5, "vllm:num_requests_running": 4.0},
+              {"t": 2.5, "vllm:num_requests_running": 9.0}]  # fmt: skip
     request = {"prompt_tokens": 10, "output_tokens": 10, "success": True}
     level = {"request_rate": "inf", "max_concurrency": 4, "burstiness": None, "ramp_end_rate": None,
              "mean_tpot_ms": 50.0, "output_throughput": 100.0,

@@ -105,9 +105,9 @@ def ratio_of_means(numerator, denominator) -> dict:
     """Ratio of two independent means with a 95 % CI on the log scale (log_ratio):
     CI = r * exp(+- t_{0.975, df} * se(ln r))."""
     fitted = log_ratio(numerator, denominator)
-    if fitted is None:
+    if fitted is None:  # one sample, or a mean that is not positive: no interval (nor a ratio at b = 0)
         a, b = summarize(numerator), summarize(denominator)
-        return {"ratio": a.mean / b.mean, "ci95_low": math.nan, "ci95_high": math.nan}
+        return {"ratio": a.mean / b.mean if b.mean > 0 else math.nan, "ci95_low": math.nan, "ci95_high": math.nan}
     ratio, se_log, df = fitted
     spread = math.exp(t_975(df) * se_log)
     return {"ratio": ratio, "ci95_low": ratio / spread, "ci95_high": ratio * spread}

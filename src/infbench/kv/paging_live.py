@@ -133,7 +133,12 @@ def drive(server, requests: list[LoadRequest], interval_s: float, timeout_s: flo
 REPLAY_TOLERANCE = 3
 
 
-def side_by_side(name: str, block_size: int, kv: dict, predicted: dict, live: dict) -> dict:
+# Scrapes that must see requests waiting while the server runs at its limit: more than one, so
+# that a moment on the admission ramp does not count as being held there.
+HELD_SCRAPES = 2
+
+
+def side_by_side(name: str, block_size: int, kv: dict, predicted: dict, live: dict, target_slots: int) -> dict:
     """One server's three answers, and the checks that can fail: the pool is what was asked for
     and lends the same slots as the other server's, every request completed as sent, requests
     waited in a scrape where the server ran at its predicted limit (held there, not merely sent
@@ -145,13 +150,13 @@ def side_by_side(name: str, block_size: int, kv: dict, predicted: dict, live: di
     held = sum(waiting > 0 and running >= limit - tolerance for running, waiting in live["running_waiting"])
     lent = (kv["num_blocks"] - 1) * kv["block_size"]
     running = live["peak_num_requests_running"]
-    pool_as_asked = kv["num_blocks"] == predicted["usable_blocks"] + 1 and lent == predicted["lent_slots"]
+    pool_as_asked = kv["num_blocks"] == predicted["usable_blocks"] + 1 and lent == target_slots
     checks = [
         {
             "name": "pool",
             "status": "pass" if pool_as_asked else "fail",
             "detail": f"the server reports {kv['num_blocks']} blocks of {kv['block_size']} tokens: {lent:,} slots "
-            f"lent besides its null block ({predicted['lent_slots']:,} asked for, the same for both servers)",
+            f"lent besides its null block ({target_slots:,} asked for, the same for both servers)",
         },
         {
             "name": "all_completed",
@@ -160,9 +165,10 @@ def side_by_side(name: str, block_size: int, kv: dict, predicted: dict, live: di
         },
         {
             "name": "driven_above_limit",
-            "status": "pass" if held else "fail",
+            "status": "pass" if held >= HELD_SCRAPES else "fail",
             "detail": f"{held} of {len(live['running_waiting'])} scrapes saw requests waiting while at least "
-            f"{limit - tolerance} ran (the predicted limit {limit}{f' - {tolerance}' if tolerance else ''})",
+            f"{limit - tolerance} ran (the predicted limit {limit}{f' - {tolerance}' if tolerance else ''}; "
+            f"at least {HELD_SCRAPES} needed)",
         },
         {
             "name": "admits_pool_count" if contiguous else "admits_replay_count",

@@ -47,9 +47,9 @@ def overview_row(model: str, artifacts: dict) -> dict:
     paging = artifacts.get("paging_live")
     if paging:
         contiguous, paged = (server["vllm"]["peak_num_requests_running"] for server in paging["servers"])
-        settings = paging["settings"]
+        settings, lent = paging["settings"], paging["servers"][0]["simulator"]["lent_slots"]
         blocks = f"{settings['max_model_len']}-token blocks vs paged"
-        row[f"requests at once on {settings['pool_tokens']:,} slots, {blocks} (vLLM live)"] = (
+        row[f"requests at once on {lent:,} lent slots each, {blocks} (vLLM live)"] = (
             f"{contiguous:.0f} vs {paged:.0f}: {paging['live_ratio']:.2f}× (study {paging['study']['ratio']:.1f}×)"
         )
     utilisation = artifacts.get("utilisation")

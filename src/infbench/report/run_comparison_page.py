@@ -12,7 +12,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
-from infbench.runs.comparison import FASTER, NO_DIFFERENCE, NO_INTERVAL, SLOWER, STAGE_TITLES
+from infbench.runs.comparison import FASTER, GATE_METHOD, NO_DIFFERENCE, NO_INTERVAL, SLOWER, STAGE_TITLES
 
 VERDICT_CLASS = {FASTER: "pass", SLOWER: "fail", NO_DIFFERENCE: "pending", NO_INTERVAL: "warn"}
 DIGITS = {"req/s": 3}  # decimals shown per unit; 1 for the rest
@@ -124,5 +124,6 @@ def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_pa
         ],
         "gate_lines": gate_lines,
         "gate_patterns": gate_patterns,
+        "gate_method": GATE_METHOD,
         "verdict_class": VERDICT_CLASS,
     }

@@ -17,7 +17,7 @@ def view(utilisation: dict | None) -> dict | None:
             "stage": row["stage"].replace("_", " "),
             "case": row["case"],
             "MBU %": 100 * row["mbu"],
-            "GB/s read": row["bytes_per_s"] / 1e9,
+            "model GB/s": row["bytes_per_s"] / 1e9,
             "running": row["running"],
             "running from": row["running_from"],
             "mean KV tokens": row["kv_tokens"],

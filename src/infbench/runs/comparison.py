@@ -58,6 +58,7 @@ class Figure:
     better: str  # "higher" or "lower"
     samples: tuple[float, ...]
     samples_are: str
+    dropped: int = 0  # samples that were missing or not finite (a pass where every request failed)
 
 
 def figure_key(model: str, stage: str, case: str, metric: str) -> str:
@@ -65,11 +66,13 @@ def figure_key(model: str, stage: str, case: str, metric: str) -> str:
 
 
 def make_figure(model, stage, case, metric, unit_better, samples, samples_are) -> Figure | None:
+    samples = list(samples)
     values = tuple(float(v) for v in samples if v is not None and math.isfinite(float(v)))
     if not values:
         return None
     unit, better = unit_better
-    return Figure(figure_key(model, stage, case, metric), model, stage, case, metric, unit, better, values, samples_are)
+    key = figure_key(model, stage, case, metric)
+    return Figure(key, model, stage, case, metric, unit, better, values, samples_are, len(samples) - len(values))
 
 
 def offline_figures(model: str, stage: str, artifact: dict) -> list[Figure]:
@@ -135,7 +138,13 @@ def run_figures(run: RunResults) -> dict[str, Figure]:
 
 def summary_of(figure: Figure) -> dict:
     summary = summarize(figure.samples)
-    return {"n": summary.n, "mean": summary.mean, "ci95_low": summary.ci95_low, "ci95_high": summary.ci95_high}
+    return {
+        "n": summary.n,
+        "mean": summary.mean,
+        "ci95_low": summary.ci95_low,
+        "ci95_high": summary.ci95_high,
+        "dropped": figure.dropped,
+    }
 
 
 def verdict(ratio: dict, better: str, threshold: float) -> str:
@@ -355,9 +364,17 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                 )
         figures = [figure for figure in comparison["figures"] if gated(figure["key"])]
         for figure in figures:
-            if figure["p_slower"] is None:
-                lines.append(f"no interval: {figure['key']} ({pair}): a run has one sample, so it cannot be judged")
-        tested = [figure for figure in figures if figure["p_slower"] is not None]
+            dropped = figure["candidate"].get("dropped", 0)
+            if dropped:
+                lines.append(
+                    f"incomplete: {figure['key']} ({pair}): {dropped} of the candidate's passes have no finite value "
+                    "(every request failed), so the rest cannot stand for it"
+                )
+            elif figure["p_slower"] is None:
+                means = (figure["baseline"]["mean"], figure["candidate"]["mean"])
+                why = "a mean is not above zero" if min(means) <= 0 else "a run has one sample"
+                lines.append(f"no interval: {figure['key']} ({pair}): {why}, so it cannot be judged")
+        tested = [f for f in figures if f["p_slower"] is not None and not f["candidate"].get("dropped", 0)]
         for figure, regressed in zip(tested, holm([figure["p_slower"] for figure in tested])):
             if regressed:
                 lines.append(

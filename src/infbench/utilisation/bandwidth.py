@@ -35,7 +35,7 @@ def _timed(kernel, passes: int, sync) -> list[float]:
 
 
 def memory_bandwidth(device: str, array_mib: int = ARRAY_MIB, passes: int = PASSES) -> dict:
-    """The read bandwidth (the one MBU uses) with the triad's beside it, with torch (float32);
+    """The read bandwidth with the triad's beside it (MBU uses the higher), with torch (float32);
     the caller has pinned the process and set torch's threads."""
     import torch
 

@@ -3,11 +3,12 @@ decode step reads the weights once and the KV cache of every running request:
 
     bytes per step  = weight bytes + running x KV tokens x KV bytes per token
     steps per s     = 1 / TPOT                        (one token per running request a step)
-    running         = the server's running-requests gauge, time-averaged over the passes
-                      (serving levels); output tokens/s x TPOT where there is no gauge (offline)
-    KV tokens       = sum(o (p + o / 2)) / sum(o)     (each decode step's context, p + k at its
-                                                       k-th output token, averaged over every step
-                                                       of every request: weighted by tokens)
+    running         = the server's running-requests gauge, averaged over the scrapes of each pass
+                      at which anything ran (serving levels); output tokens/s x TPOT where there
+                      is no gauge (offline)
+    KV tokens       = sum((o - 1)(p + o/2)) / sum(o - 1)   (a request with o outputs decodes o - 1
+                                                          steps, step j reading p + j tokens:
+                                                          every step of every request weighs alike)
     MBU             = bytes per step x steps per s / bandwidth
                     = (weight bytes + running x KV tokens x KV bytes per token) / TPOT / bandwidth
     bandwidth       = the higher best pass of the machine's read and triad (reference_bandwidth)
@@ -23,8 +24,8 @@ from infbench.model.folder import DTYPE_BYTES
 
 FORMULA = (
     "MBU = (weight bytes + running x KV tokens x KV bytes per token) / TPOT / bandwidth (the higher of the read "
-    "and the triad); running from the server's gauge (offline: output tok/s x TPOT), KV tokens = sum(o (p + o/2)) / "
-    "sum(o)"
+    "and the triad); running from the server's gauge while anything ran (offline: output tok/s x TPOT), KV tokens = "
+    "sum((o - 1)(p + o/2)) / sum(o - 1)"
 )
 
 
@@ -34,13 +35,13 @@ def mbu(
     kv_bytes_per_token: int,
     tpot_s: float,
     output_tok_s: float,
-    kv_tokens: float,
+    kv_tokens: float | None,
     bandwidth: float,
     running: float | None = None,
 ) -> dict | None:
     """MBU of one decode; `running` from the server's gauge where it has one, else Little's law
     on the same figures (tokens a step = output tokens/s x seconds a step)."""
-    if not tpot_s or not output_tok_s:
+    if not tpot_s or not output_tok_s or kv_tokens is None:
         return None
     running_from = "gauge" if running is not None else "output tok/s x TPOT"
     running = running if running is not None else output_tok_s * tpot_s
@@ -72,21 +73,26 @@ def model_bytes(facts: dict, dtype: str) -> tuple[int, int]:
     return facts["parameters"] * DTYPE_BYTES[dtype], facts["kv_bytes_per_token"][dtype]
 
 
-def kv_tokens(requests: list[dict]) -> float:
-    """The mean context of a decode step, weighted by tokens: sum(o (p + o/2)) / sum(o)."""
-    done = [r for r in requests if r.get("success", True) and r["output_tokens"]]
-    outputs = sum(r["output_tokens"] for r in done)
-    return sum(r["output_tokens"] * (r["prompt_tokens"] + r["output_tokens"] / 2) for r in done) / outputs
+def kv_tokens(requests: list[dict]) -> float | None:
+    """The mean context of a decode step, weighted by steps: a request with o outputs decodes
+    o - 1 of them (the first comes from prefill), step j reading p + j tokens, a mean of p + o/2:
+    sum((o - 1)(p + o/2)) / sum(o - 1). None where no request decoded."""
+    decoded = [r for r in requests if r.get("success", True) and r["output_tokens"] >= 2]
+    steps = sum(r["output_tokens"] - 1 for r in decoded)
+    if not steps:
+        return None
+    return sum((r["output_tokens"] - 1) * (r["prompt_tokens"] + r["output_tokens"] / 2) for r in decoded) / steps
 
 
 def mean_running(level: dict) -> float | None:
-    """The running-requests gauge averaged over the level's passes, the scrapes inside each pass
-    (none where the server publishes no /metrics)."""
+    """The running-requests gauge averaged over the scrapes inside each pass at which anything ran
+    (TPOT is a rate while decoding, so the gauge is taken while decoding too; none where the
+    server publishes no /metrics)."""
     values = [
         sample["vllm:num_requests_running"]
         for repeat in level["repeats"]
         for sample in repeat.get("metrics_series", [])
-        if 0 <= sample["t"] <= repeat["duration"] and "vllm:num_requests_running" in sample
+        if 0 <= sample["t"] <= repeat["duration"] and sample.get("vllm:num_requests_running", 0) >= 1
     ]
     return sum(values) / len(values) if values else None
 
