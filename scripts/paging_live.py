@@ -8,6 +8,7 @@ from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params, start_server
 from infbench.engines.vllm_server import ServerError, started_together
 from infbench.kv.paging_live import (
+    SCRAPE_INTERVAL_S,
     drive,
     lent_slots,
     live_ratio,
@@ -45,7 +46,7 @@ def main(stage):
             block_size, num_blocks = pools[name]
             kv = server_kv_facts(server.base_url)
             print(f"{name}: {kv['num_blocks']} blocks of {kv['block_size']} tokens, up after {server.startup_s:.0f} s")
-            live = drive(server, requests, params.metrics_interval_s, params.server["request_timeout_s"])
+            live = drive(server, requests, SCRAPE_INTERVAL_S, params.server["request_timeout_s"])
             if not server.alive():
                 raise ServerError(f"the {name} server died while driven; its log:\n{server.log_tail()}")
             predicted = predict(settings, block_size, num_blocks)

@@ -76,7 +76,6 @@ rule paging_live:
         engine=config["engine"],
         server=config["server"],
         paging_live=config["paging_live"],
-        metrics_interval_s=config["load"]["metrics_interval_s"],
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(
             wildcards, "hardware", "engine", "server", "paging_live", "seed"

@@ -30,6 +30,9 @@ from infbench.serving.client import LoadRequest, run_level
 from infbench.workload.requests import PASSAGE
 
 SMALLEST_BLOCK = {"cpu": 32, "cuda": 16}  # vLLM's CPU attention needs multiples of 32
+# The peak of running requests lasts a few engine steps of a run of seconds: scrape /metrics far
+# more often than a load level does (load.metrics_interval_s), so that the checks see it.
+SCRAPE_INTERVAL_S = 0.02
 
 
 def lent_slots(settings: dict) -> int:
