@@ -1,15 +1,27 @@
-"""Rule `kv_validation`: the blocks the requests in flight held, by the simulator's arithmetic,
-against the server's scraped KV usage over every load level's time series -> kv_validation.json."""
+"""Rule `kv_validation`: the blocks the requests in flight held, by the simulator's allocation
+rule (on demand, and reservation as its rival), against the server's scraped KV usage over every
+load level's time series -> kv_validation.json."""
 
-from infbench.core.artifacts import read_json
+from infbench.core.artifacts import read_json, read_jsonl
 from infbench.core.stage import run_stage
-from infbench.kv.validation import live_validation
+from infbench.kv.validation import live_validation, request_prefixes
 
 
 def main(stage):
     server, load = read_json(stage.input.server), read_json(stage.input.load)
-    validation = live_validation(load, server["kv"])
+    kv = server["kv"]
+    prefixes, counts = None, None
+    if kv["prefix_caching"]:
+        # Shared blocks are held once: which requests share them follows from their tokens.
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
+        prefixes, counts = request_prefixes(tokenizer, read_jsonl(stage.input.workload), load, kv["block_size"])
+        print(f"prefix caching on: {counts['matched']} requests re-tokenized as served, {counts['unmatched']} not")
+    validation = live_validation(load, kv, prefixes, counts["unmatched"] if counts else 0)
     validation["model"] = server["model"]
+    if counts is not None:
+        validation["prefix_requests"] = counts
     stage.write(stage.output[0], validation, schema="kv_validation")
     print(f"live KV validation: {validation['status']} ({validation['detail']})")
 

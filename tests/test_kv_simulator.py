@@ -10,6 +10,7 @@ from infbench.kv.simulator import (
     FirstFit,
     Strategy,
     TraceRequest,
+    held_blocks,
     prefix_sharing_strategies,
     replay,
     reservation,
@@ -185,70 +186,25 @@ def test_allocator_rule_on_the_tiny_run(tiny_run):
     assert {t["name"] for t in analysis["traces"]} == {"workload", "workload_shared_prefix", "sharegpt_like"}
 
 
-def shifted_share(level: dict, kv: dict, shift: int) -> float:
-    """Share of a level's samples outside the band when the prediction is `shift` blocks off."""
-    import statistics
-
-    from infbench.kv.validation import check_series, predicted_band
-
-    outside = samples = 0
-    for repeat in level["repeats"]:
-        done = [r for r in repeat["requests"] if r["success"]]
-        changes, band = predicted_band(done, kv["block_size"])
-        step_s = statistics.median(gap for r in done for gap in r["itl"])
-        result = check_series(
-            repeat["metrics_series"],
-            changes,
-            lambda t, band=band: tuple(blocks + shift for blocks in band(t)),
-            kv["num_blocks"] - 1,
-            step_s,
-        )
-        outside, samples = outside + result["outside"], samples + result["samples"]
-    return outside / samples
+def test_held_blocks_on_demand_and_reserved():
+    """On demand a sequence holds the blocks its stored tokens fill; reserving, the blocks of
+    prompt + max_tokens from admission; a shared prefix's full blocks apart in both."""
+    request = TraceRequest(40, 40)
+    reserved = Strategy("paged_16_reserved", "paged", reserve="max_tokens", block_size=16)
+    assert [held_blocks(paged(16), request, stored) for stored in (41, 48, 49, 79)] == [3, 3, 4, 5]
+    assert {held_blocks(reserved, request, stored) for stored in (41, 48, 49, 79)} == {5}
+    shared = TraceRequest(40, 40, prefix_group=0, prefix_len=32)
+    assert held_blocks(paged(16, share=True), shared, 41) == 1
+    assert held_blocks(Strategy("r", "paged", reserve="max_tokens", block_size=16, share_prefix=True), shared, 41) == 3
 
 
-def test_live_validation_against_the_server(tiny_run):
-    """The scraped usage lies in the simulator's band over the whole time series; the same check
-    fails a prediction three blocks off, either way."""
-    from infbench.core.artifacts import read_json, validate
-    from infbench.kv.validation import MAX_OUTSIDE_SHARE
-
-    live = read_json(tiny_run / "results/tiny/kv_validation.json")
-    validate(live, "kv_validation")
-    assert live["status"] == "pass", live
-    load = read_json(tiny_run / "results/tiny/load.json")
-    assert len(live["levels"]) == len(load["levels"])
-    for level in live["levels"]:
-        assert level["samples"] >= 10 and level["outside_share"] <= MAX_OUTSIDE_SHARE, level
-    kv = read_json(tiny_run / "results/tiny/server.json")["kv"]
-    busy = [level for level in load["levels"] if level["mode"] == "concurrency" and level["max_concurrency"] == 4]
-    for shift in (3, -3):
-        assert shifted_share(busy[0], kv, shift) > MAX_OUTSIDE_SHARE
-
-
-def test_live_validation_bands_each_request_by_what_the_client_saw():
-    from infbench.kv.validation import check_series, live_validation, predicted_band, request_band
-
-    # 40-token prompt, 4 tokens out, blocks of 16: sent at 1.0, tokens at 1.5, 1.6, 1.7, 1.8.
-    request = {"prompt_tokens": 40, "output_tokens": 4, "sent_s": 1.0, "ttft": 0.5, "itl": [0.1] * 3, "success": True}
-    _, band = request_band(request, 16)
-    assert band(0.9) == (0, 0)
-    assert band(1.2) == (0, 3)  # waiting (none) or prefilled: ceil(41 / 16)
-    assert band(1.55) == (3, 3)  # one token: ceil(40 / 16) .. ceil(42 / 16)
-    assert band(1.75) == (0, 3)  # the engine may already have freed it
-    assert band(1.85) == (0, 0)
-    series = [
-        {"t": t / 10, "scrape_s": 0.01, "vllm:kv_cache_usage_perc": (3 if 12 <= t <= 17 else 0) / 99} for t in range(30)
-    ]
-    changes, band = predicted_band([request], 16)
-    assert check_series(series, changes, band, 99, 0.1)["outside"] == 0
-    off = check_series(series, changes, lambda t: tuple(b + 2 for b in band(t)), 99, 0.1)
-    # Only where the band allows 0 .. 3 blocks (queued, or finishing) does 3 still fit 2 .. 5.
-    assert (off["outside"], off["samples"], off["max_blocks_outside"]) == (25, 30, 2)
-    level = {"mode": "concurrency", "max_concurrency": 1, "request_rate": "inf", "preemptions": 0.0}
-    load = {"levels": [{**level, "repeats": [{"requests": [request], "metrics_series": series}]}]}
-    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["status"] == "pass"
-    # A server reporting 6 blocks while the request can hold at most 3: 6 of 30 samples outside.
-    doubled = [{**sample, "vllm:kv_cache_usage_perc": sample["vllm:kv_cache_usage_perc"] * 2} for sample in series]
-    load["levels"][0]["repeats"][0]["metrics_series"] = doubled
-    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["status"] == "fail"
+def test_replay_admits_by_the_same_rule():
+    """A pool of 12 blocks of 16: on demand admits all four 40 + 40-token requests at once (3
+    blocks each at admission) and preempts as they grow; reserving, two (5 blocks each)."""
+    trace = [TraceRequest(40, 40) for _ in range(4)]
+    reserved = Strategy("paged_16_reserved", "paged", reserve="max_tokens", block_size=16)
+    on_demand = replay(trace, paged(16), capacity_slots=12 * 16, max_model_len=128)
+    reserving = replay(trace, reserved, capacity_slots=12 * 16, max_model_len=128)
+    assert (on_demand.peak_running, reserving.peak_running) == (4, 2)
+    assert on_demand.preemptions > 0 and reserving.preemptions == 0
+    assert on_demand.completed == reserving.completed == 4

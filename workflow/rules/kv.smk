@@ -33,8 +33,10 @@ rule allocator:
 
 
 rule kv_validation:
-    """The simulator checked live: the blocks the requests in flight held by its arithmetic,
-    against the usage the server's /metrics reported, over each load level's time series."""
+    """The simulator checked live: the blocks the requests in flight held by its allocation rule
+    (and by its rival, reservation at admission), against the usage the server's /metrics
+    reported, over each load level's time series. The model and workload: with prefix caching
+    on, which blocks requests share follows from their prompts' tokens."""
     output:
         report(
             "results/{model}/kv_validation.json",
@@ -45,6 +47,8 @@ rule kv_validation:
     input:
         server=rules.serve.output.server,
         load=rules.serve.output.load,
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
         code=script_code("kv_validation"),
     params:
         provenance_config=lambda wildcards: stage_config(wildcards, "engine", "load"),

@@ -42,7 +42,9 @@ class TraceRequest:
 class Strategy:
     name: str
     kind: str  # "contiguous" or "paged"
-    reserve: str | None = None  # contiguous: "max_model_len", "max_tokens", "pow2" or "oracle"
+    # contiguous: "max_model_len", "max_tokens", "pow2" or "oracle"; paged: None (blocks on
+    # demand, as vLLM) or "max_tokens" (the blocks of prompt + max_tokens from admission on)
+    reserve: str | None = None
     block_size: int = 1
     share_prefix: bool = False
 
@@ -98,6 +100,16 @@ def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
+def held_blocks(strategy: Strategy, request: TraceRequest, stored: int) -> int:
+    """Private blocks (its shared prefix blocks apart) a paged strategy's request holds with
+    `stored` tokens in the pool: on demand, the blocks those tokens fill; reserving, the blocks
+    of prompt + max_tokens from admission on. The replay admits and grows sequences by it, and
+    the live KV check (kv/validation.py) predicts the server's usage by it."""
+    if strategy.reserve == "max_tokens":
+        stored = max(stored, reservation(strategy, request, 0))
+    return blocks_for(max(0, stored - shared_blocks(strategy, request) * strategy.block_size), strategy.block_size)
+
+
 # ----------------------------------------------------------------------------- capacity
 
 
@@ -113,7 +125,7 @@ def peak_slots(strategy: Strategy, request: TraceRequest, max_model_len: int, gr
     if strategy.kind == "contiguous":
         return reservation(strategy, request, max_model_len)
     shared = shared_blocks(strategy, request)
-    own = blocks_for(request.final - shared * strategy.block_size, strategy.block_size) * strategy.block_size
+    own = held_blocks(strategy, request, request.final) * strategy.block_size
     if shared and request.prefix_group not in groups_paid:
         own += shared * strategy.block_size
     return own
@@ -248,7 +260,7 @@ def replay(
             return True
         shared = shared_blocks(strategy, request)
         new_group = shared and group_users.get(request.prefix_group, 0) == 0
-        private = blocks_for(max(0, length - shared * block), block)
+        private = held_blocks(strategy, request, length)
         if private + (shared if new_group else 0) > free_blocks:
             return False
         free_blocks -= private + (shared if new_group else 0)
@@ -299,7 +311,7 @@ def replay(
             if seq is None:
                 continue  # preempted earlier in this step
             if paged:
-                while seq.length + 1 - seq.shared * block > seq.blocks * block and index in running:
+                while held_blocks(strategy, seq.request, seq.length + 1) > seq.blocks and index in running:
                     if free_blocks == 0:
                         victim = running[next(reversed(running))]  # vLLM preempts the newest request
                         resume_at[victim.index] = victim.length

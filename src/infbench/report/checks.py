@@ -50,7 +50,7 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
             {
                 "model": model,
                 "stage": "kv validation",
-                "name": "scraped KV blocks within the simulator's band",
+                "name": "scraped KV blocks on demand, not reserved",
                 "status": live["status"],
                 "value": live.get("max_outside_share"),
                 "detail": live["detail"],

@@ -133,5 +133,11 @@ def view(allocator: dict | None, kv_validation: dict | None) -> dict | None:
             "vllm_blocks": pool["vllm"]["num_blocks"],
             "confirms": pool["confirms"],
         },
-        "live": {"status": kv_validation["status"], "detail": kv_validation["detail"]} if kv_validation else None,
+        "live": {
+            "status": kv_validation["status"],
+            "detail": kv_validation["detail"],
+            "fit": f"{(1 - kv_validation.get('max_outside_allowed', 0.1)) * 100:.0f} % in every level",
+        }
+        if kv_validation
+        else None,
     }
