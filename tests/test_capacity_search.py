@@ -7,7 +7,15 @@ import random
 
 import pytest
 
-from infbench.capacity.search import Probe, binding_limit, clearly_below, search, wilson_interval
+from infbench.capacity.search import (
+    Probe,
+    SearchResult,
+    attainment_rises,
+    binding_limit,
+    clearly_below,
+    search,
+    wilson_interval,
+)
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens
 from infbench.report.capacity import capacity_text
 
@@ -59,18 +67,37 @@ def test_a_first_probe_that_fails_halves_down_to_a_passing_one():
     assert (result.capacity, result.first_failing) == (11, 12)
 
 
-def test_no_passing_load_and_a_passing_ceiling_are_told_apart():
+def test_no_passing_load_and_a_passing_ceiling_are_told_apart_and_neither_is_converged():
+    """Converged means both ends of the bracket were probed and decided: a search where nothing
+    met the SLO, or the ceiling did, has one end only."""
     nothing = search(lambda c: Probe(c, False), start=4, floor=1, ceiling=64, integer=True)
-    assert (nothing.capacity, nothing.first_failing, nothing.converged) == (None, 1, True)
+    assert (nothing.capacity, nothing.first_failing, nothing.outcome, nothing.converged) == (None, 1, "none_met", False)
     everything = search(lambda c: Probe(c, True), start=4, floor=1, ceiling=64, integer=True)
-    assert (everything.capacity, everything.first_failing, everything.converged) == (64, None, True)
+    assert (everything.capacity, everything.first_failing, everything.outcome) == (64, None, "ceiling_met")
+    assert not everything.converged and everything.to_json()["converged"] is False
     # The report gives a passing ceiling as a lower bound, never as the capacity itself.
     assert capacity_text("concurrency", everything.to_json()).startswith("at least c=64")
     assert capacity_text("concurrency", nothing.to_json()) == "none"
-    # A rate ceiling is the server's measured throughput: nothing faster is sustained, so no "at least".
-    assert capacity_text("request_rate", everything.to_json()).startswith("64.00 req/s (the most requests")
+    # A rate ceiling that met the SLO is a lower bound too: no faster rate was tested.
+    rate_text = capacity_text("request_rate", everything.to_json())
+    assert rate_text.startswith("at least 64.00 req/s, not tested above")
     cut = search(lambda c: Probe(c, c <= 50), start=1, floor=1, ceiling=256, integer=True, max_probes=4)
-    assert len(cut.probes) == 4 and not cut.converged and cut.capacity == 8
+    assert len(cut.probes) == 4 and cut.outcome == "unfinished" and cut.capacity == 8
+
+
+def probed(load, met, ci):
+    return Probe(load, met, {"attainment_ci95": ci})
+
+
+def test_attainment_that_rises_with_load_beyond_its_intervals_is_named():
+    """More load never helps: c=16's interval wholly above c=8's is named; overlapping ones are not."""
+    falling = [probed(4, True, [0.9, 1.0]), probed(8, True, [0.85, 0.99]), probed(16, False, [0.5, 0.8])]
+    assert attainment_rises(falling) == []
+    noisy = [probed(4, True, [0.8, 0.97]), probed(8, True, [0.88, 1.0])]  # rose, but within the intervals
+    assert attainment_rises(noisy) == []
+    risen = [probed(4, True, [0.9, 1.0]), probed(8, False, [0.4, 0.7]), probed(16, True, [0.75, 0.95])]
+    assert attainment_rises(risen) == [[8, 16]]
+    assert SearchResult(4, 8, risen, "bracketed").to_json()["attainment_rises"] == [[8, 16]]
 
 
 def test_wilson_interval_and_early_stop():

@@ -49,20 +49,56 @@ class Probe:
     record: dict = field(default_factory=dict)
 
 
+# How a search ended. Only `bracketed` is converged: both ends of the bracket were probed and
+# decided, and it is as narrow as the tolerance asks.
+OUTCOMES = {
+    "bracketed": "converged: a met and a missed load within the tolerance",
+    "none_met": "not converged: even the lowest load missed the SLO, so the capacity is below it",
+    "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
+    "unfinished": "not converged: the bracket is still wider than the tolerance after max_probes probes",
+}
+
+OUTCOME_FIXES = {
+    "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
+    "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
+    "unfinished": "raise capacity.max_probes or capacity.tolerance",
+}
+
+
 @dataclass
 class SearchResult:
     capacity: float | None  # the last passing load; None when even the lowest failed
     first_failing: float | None  # None when the ceiling passed (capacity at least the ceiling)
     probes: list[Probe]
-    converged: bool  # the bracket narrowed to the resolution within max_probes
+    outcome: str  # a key of OUTCOMES
+
+    @property
+    def converged(self) -> bool:
+        return self.outcome == "bracketed"
 
     def to_json(self) -> dict:
         return {
             "capacity": self.capacity,
             "first_failing": self.first_failing,
             "converged": self.converged,
+            "outcome": self.outcome,
+            "attainment_rises": attainment_rises(self.probes),
             "probes": [{"load": p.load, "met": p.met, **p.record} for p in self.probes],
         }
+
+
+def attainment_rises(probes: list[Probe]) -> list[list[float]]:
+    """Pairs [a, b] of probed loads, a < b, where attainment rose beyond both 95 % intervals:
+    the higher load's whole interval lies above the lower load's. More load never helps a
+    server meet its SLO, so any such pair says the probes measured something else (a machine
+    that slowed down between them, a warm-up that did not warm)."""
+    measured = sorted((p.load, p.record["attainment_ci95"]) for p in probes if "attainment_ci95" in p.record)
+    return [
+        [low_load, high_load]
+        for i, (low_load, low_ci) in enumerate(measured)
+        for high_load, high_ci in measured[i + 1 :]
+        if high_load > low_load and high_ci[0] > low_ci[1]
+    ]
 
 
 def narrow_enough(low: float, high: float, integer: bool, tolerance: float) -> bool:
@@ -127,12 +163,12 @@ def search(
         else:
             failing = middle
     if passing is None:
-        converged = failing == floor  # even the lowest load failed
+        outcome = "none_met" if failing == floor else "unfinished"
     elif failing is None:
-        converged = passing >= ceiling  # the highest load allowed passed
+        outcome = "ceiling_met" if passing >= ceiling else "unfinished"
     else:
-        converged = narrow_enough(passing, failing, integer, tolerance)
-    return SearchResult(passing, failing, probes, converged)
+        outcome = "bracketed" if narrow_enough(passing, failing, integer, tolerance) else "unfinished"
+    return SearchResult(passing, failing, probes, outcome)
 
 
 def binding_limit(record: dict, *, kv_full_usage: float, max_num_seqs: int | None) -> dict:

@@ -99,10 +99,11 @@ def pass_record(run: LevelRun, slo_ms: dict) -> dict:
 
 
 def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) -> dict:
-    """A probe over its passes: pooled attainment with its interval, pooled percentiles (among
-    them each latency at the target's percentile: for one SLO alone, the probe passes exactly
-    when that percentile is within it), the throughput's mean and 95 % interval across passes,
-    and the server's peaks."""
+    """A probe over its passes: pooled attainment (the share of requests that completed within
+    every SLO at once, failed ones missing) with its interval, pooled percentiles over the
+    completed requests (among them each latency at the target's percentile, interpolated: near
+    the line a single SLO would draw, not the joint rule), the throughput's mean and 95 %
+    interval across passes, and the server's peaks."""
     sent = sum(p["requests"] for p in passes)
     met = sum(p["met_slo"] for p in passes)
     low, high = wilson_interval(met, sent)

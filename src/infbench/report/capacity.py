@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from infbench.capacity.search import OUTCOME_FIXES
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -24,15 +25,17 @@ def load_text(mode: str, load) -> str:
 
 
 def capacity_text(mode: str, search: dict) -> str:
-    """The capacity, told apart where the search's ceiling itself met the SLO: for concurrency a
-    lower bound (capacity.max_concurrency), for rate the server's throughput (no faster rate was
-    probed: it is past the most requests per second the server completed)."""
+    """The capacity, a lower bound where the search's ceiling itself met the SLO (nothing above
+    it was tested): capacity.max_concurrency, or for rate the most requests per second a
+    closed-loop probe completed, the highest rate probed."""
     text = load_text(mode, search["capacity"])
     if search["capacity"] is None or search["first_failing"] is not None:
         return text
     if mode == "concurrency":
-        return f"at least {text} (capacity.max_concurrency met the SLO)"
-    return f"{text} (the most requests per second a closed-loop probe completed, and it met the SLO)"
+        return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
+    return (
+        f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
+    )
 
 
 def probe_text(mode: str, probe: dict | None) -> str:
@@ -63,7 +66,7 @@ def search_rows(capacity: dict) -> list[dict]:
                 "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
                 "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
                 "probes": len(search["probes"]),
-                "converged": "yes" if search["converged"] else "no: raise capacity.max_probes",
+                "converged": "yes" if search["converged"] else f"no: {OUTCOME_FIXES[search['outcome']]}",
                 "binding limit": LIMITS[search["binding"]["limit"]],
             }
         )

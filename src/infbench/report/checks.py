@@ -3,6 +3,7 @@ worst first."""
 
 from __future__ import annotations
 
+from infbench.capacity.search import OUTCOME_FIXES, OUTCOMES
 from infbench.core.checks import STATUS_RANK
 from infbench.report.capacity import capacity_text, load_text
 from infbench.report.serving import level_label
@@ -74,8 +75,26 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     "status": "pass" if search["converged"] else "warn",
                     "value": search["capacity"],
                     "detail": f"{len(search['probes'])} probes; capacity {capacity_text(mode, search)}, first failing "
-                    f"{load_text(mode, search['first_failing'])}"
-                    + ("" if search["converged"] else ": the bracket is still wide, raise capacity.max_probes"),
+                    f"{load_text(mode, search['first_failing'])}: {OUTCOMES[search['outcome']]}"
+                    + ("" if search["converged"] else f" ({OUTCOME_FIXES[search['outcome']]})"),
+                }
+            )
+            rises = search["attainment_rises"]
+            checks.append(
+                {
+                    "model": model,
+                    "stage": "slo capacity",
+                    "name": f"{mode.replace('_', ' ')} search: attainment falls as load rises",
+                    "status": "fail" if rises else "pass",
+                    "value": len(rises),
+                    "detail": (
+                        "attainment rose beyond both 95 % intervals from "
+                        + ", ".join(f"{load_text(mode, a)} to {load_text(mode, b)}" for a, b in rises)
+                        + ": the probes measured something besides the load (the machine's speed drifting?)"
+                    )
+                    if rises
+                    else f"no probe's attainment interval lies wholly above a lower load's "
+                    f"({len(search['probes'])} probes)",
                 }
             )
     comparison = artifacts.get("comparison")
