@@ -97,3 +97,14 @@ def test_paired_ratio_cancels_shared_drift():
     # Unpaired, the drift lands in the interval: far wider than the paired one.
     unpaired = ratio_of_means(vllm, hf)
     assert unpaired["ci95_high"] - unpaired["ci95_low"] > 10 * (paired["ci95_high"] - paired["ci95_low"])
+
+
+def test_log_ratio_degrees_of_freedom_are_welchs():
+    """Welch-Satterthwaite on the log scale, rounded down: equal relative spreads of 3 and 3
+    samples give 4; a side with no spread leaves the other's n - 1; a noisy side of 3 against
+    a steady side of 10 falls to near 2."""
+    from infbench.core.stats import log_ratio
+
+    assert log_ratio([9.0, 10.0, 11.0], [18.0, 20.0, 22.0])[2] == 4
+    assert log_ratio([20.0, 22.0, 24.0], [10.0, 10.0, 10.0])[2] == 2
+    assert log_ratio([1.0, 2.0, 3.0], [10.0 + 0.1 * (i % 2) for i in range(10)])[2] == 2

@@ -90,15 +90,21 @@ def log_ratio(numerator, denominator) -> tuple[float, float, int] | None:
     method), with the degrees of freedom its interval uses:
 
     r = mean(a) / mean(b)
-    se(ln r) = sqrt( s_a^2 / (n_a mean(a)^2) + s_b^2 / (n_b mean(b)^2) )
-    df = min(n_a, n_b) - 1 (conservative)
+    v_a = s_a^2 / (n_a mean(a)^2),  v_b = s_b^2 / (n_b mean(b)^2)
+    se(ln r) = sqrt(v_a + v_b)
+    df = floor( (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1)) )   (Welch-Satterthwaite,
+         rounded down; between min(n_a, n_b) - 1 and n_a + n_b - 2; the latter when both spreads are 0)
 
     None where either side has one sample or a mean that is not positive."""
     a, b = summarize(numerator), summarize(denominator)
     if a.n < 2 or b.n < 2 or a.mean <= 0 or b.mean <= 0:
         return None
-    se_log = math.sqrt(a.std**2 / (a.n * a.mean**2) + b.std**2 / (b.n * b.mean**2))
-    return a.mean / b.mean, se_log, min(a.n, b.n) - 1
+    v_a, v_b = a.std**2 / (a.n * a.mean**2), b.std**2 / (b.n * b.mean**2)
+    pooled_df = a.n + b.n - 2
+    welch = (v_a + v_b) ** 2 / (v_a**2 / (a.n - 1) + v_b**2 / (b.n - 1)) if v_a + v_b > 0 else pooled_df
+    # The floor guards against rounding just under an integer (e.g. 1.9999999 for 2).
+    df = min(pooled_df, max(min(a.n, b.n) - 1, math.floor(welch + 1e-9)))
+    return a.mean / b.mean, math.sqrt(v_a + v_b), df
 
 
 def ratio_of_means(numerator, denominator) -> dict:

@@ -215,7 +215,7 @@ def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | N
     g = candidate / baseline (baseline / candidate where lower is better) and se(ln g) from
     stats.log_ratio,
 
-    t = (ln(1 / (1 + threshold)) - ln g) / se(ln g),   p = P(T >= t), df = min(n) - 1.
+    t = (ln(1 / (1 + threshold)) - ln g) / se(ln g),   p = P(T >= t), df Welch's (stats.log_ratio).
 
     p < 0.025 exactly when the verdict is `slower` (the whole 95 % interval of g lies below
     1 / (1 + threshold)). None without an interval (a run with one sample)."""
