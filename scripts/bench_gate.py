@@ -9,12 +9,16 @@
 `measure` prints, for the gate given (default: every serving figure at the default threshold),
 the share of replicate pairs it fails (false alarms) and the share it fails once the candidate
 is made s slower (power), each with a 95 % interval over pairs (infbench.runs.gate_power).
+`replicate` reruns the project's serve rule in place: its own results/{model}/load.json and
+server.json are the last replicate's afterwards (the stages that read them rerun on the next
+`snakemake`), so run it on a copy of the project.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +53,8 @@ def replicate(project: Path, count: int, out: Path, model: str | None) -> None:
 
 
 def measure(runs: list[str], patterns: list[str], threshold: float, slowdowns: list[float], json_path) -> None:
+    # rep-2 before rep-10: the order the replicates were made in.
+    runs = sorted(runs, key=lambda run: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", run)])
     result = measure_gate([load_run(run) for run in runs], patterns, threshold, slowdowns)
     alarms = result["false_alarms"]
     print(f"gate {' '.join(patterns)} at threshold {threshold:.0%}, {len(runs)} replicates, {alarms['pairs']} pairs")

@@ -83,6 +83,10 @@ def test_no_passing_load_and_a_passing_ceiling_are_told_apart_and_neither_is_con
     assert rate_text.startswith("at least 64.00 req/s, not tested above")
     cut = search(lambda c: Probe(c, c <= 50), start=1, floor=1, ceiling=256, integer=True, max_probes=4)
     assert len(cut.probes) == 4 and cut.outcome == "unfinished" and cut.capacity == 8
+    # Cut short while doubling: a lower bound, never as if max_concurrency had met the SLO.
+    assert capacity_text("concurrency", cut.to_json()) == (
+        "at least c=8 (the search ran out of capacity.max_probes before a load missed the SLO)"
+    )
 
 
 def probed(load, met, ci):

@@ -118,6 +118,32 @@ def test_on_demand_passes_where_reservation_fails_and_back():
     assert reserving["levels"][0]["reservation"]["outside_share"] <= MAX_OUTSIDE_SHARE
 
 
+def test_chunks_that_carry_several_tokens_widen_the_band_not_the_misses():
+    """vLLM merges a request's outputs into one chunk when its API server falls behind: 40
+    tokens in 20 chunks of two. The server's true usage still fits on demand; read as one token
+    a chunk, the stream would put the request's end 20 tokens early and miss."""
+    tokens = streamed(40, 40)
+    merged = {**tokens, "itl": [0.2] * 19}  # the same 4 s of decoding, a chunk every 2 tokens
+    truth = on_demand_blocks(tokens)
+    result = live_validation(one_level([merged], scraped(truth)), {"block_size": 16, "num_blocks": 100})
+    assert result["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, result["detail"]
+    _, band = request_band(merged, ON_DEMAND)
+    # One chunk in: between 1 and 40 - 19 = 21 tokens had come, ceil(40 / 16) .. ceil(62 / 16) blocks.
+    assert band(1.55)[:2] == (3, 4)
+
+
+def test_preemption_excuses_only_the_levels_it_touched():
+    request = streamed(40, 40)
+    doubled = scraped(lambda t: 2 * on_demand_blocks(request)(t) + 4 * (1.6 < t < 5.0))
+    good = scraped(on_demand_blocks(request))
+    load = one_level([request], doubled, preemptions=3.0)
+    load["levels"].append({**one_level([request], good)["levels"][0], "max_concurrency": 2})
+    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["status"] == "warn"
+    load["levels"][0]["preemptions"] = 0.0
+    load["levels"][1]["preemptions"] = 3.0  # preempted where it fit; the failing level was not
+    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["status"] == "fail"
+
+
 def test_says_when_the_load_cannot_tell_them_apart():
     """Short requests in large blocks hold one block either way: not a pass, a warning that
     names the block size to use."""
@@ -222,3 +248,54 @@ def test_live_validation_against_the_server(tiny_run):
     busy = [level for level in load["levels"] if level["mode"] == "concurrency" and level["max_concurrency"] == 4]
     for shift in (3, -3):
         assert shifted_share(busy[0], kv, shift) > MAX_OUTSIDE_SHARE
+
+
+def test_shared_prefix_blocks_on_vllm(tiny_model, tmp_path):
+    """vLLM with prefix caching on, at blocks of 32: 16 requests in fours behind one 100-token
+    system prompt, each of 8 questions asked twice. Usage fits the band that counts every
+    shared full block once (the prompts re-tokenized as the server tokenized them); summed per
+    request, as if nothing were shared, the same scrapes fall outside."""
+    import asyncio
+
+    from conftest import tiny_config
+    from transformers import AutoTokenizer
+
+    from infbench.core.hardware import resolve_dtype
+    from infbench.engines.server_metrics import server_kv_facts
+    from infbench.engines.servers import ServerSpec, start_server
+    from infbench.serving.client import LoadRequest, run_level
+    from infbench.serving.sweep import request_records
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    system = " ".join(f"Rule {i}: answer briefly and cite the section you used." for i in range(9))
+    workload = [
+        {"id": f"q-{i}", "prompt": f"{system}\nQuestion {i}: what is block {i} for?", "api": "completions"}
+        for i in range(8)
+    ]
+    for request in workload:
+        request["prompt_tokens"] = len(tokenizer(request["prompt"])["input_ids"])
+    assert min(r["prompt_tokens"] for r in workload) > 100
+    requests = [LoadRequest(f"{r['id']}#{n}", r["prompt"], r["prompt_tokens"], 24) for n, r in enumerate(workload * 2)]
+    config = tiny_config(tiny_model)
+    dtype = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
+    spec = ServerSpec.from_config(config, tiny_model, "tiny", dtype)
+    with start_server(spec.with_engine(block_size=32, enable_prefix_caching=True), tmp_path / "server.log") as server:
+        kv = server_kv_facts(server.base_url)
+        run = asyncio.run(
+            run_level(
+                server.base_url, "tiny", requests, concurrency=4, arrivals=None, seed=0, interval_s=0.02, timeout_s=60
+            )
+        )
+    assert kv["prefix_caching"] and kv["block_size"] == 32
+    level = {"mode": "concurrency", "max_concurrency": 4, "request_rate": "inf", "preemptions": 0.0}
+    load = {
+        "levels": [{**level, "repeats": [{"requests": request_records(run), "metrics_series": run.metrics.samples}]}]
+    }
+    prefixes, counts = request_prefixes(tokenizer, workload, load, 32)
+    assert counts == {"matched": 16, "unmatched": 0}
+    assert len({blocks[0] for blocks in prefixes.values()}) == 1  # one system prompt: its first block shared
+    shared = live_validation(load, kv, prefixes)
+    assert shared["levels"][0]["samples"] >= 10
+    assert shared["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, shared["detail"]
+    summed = live_validation(load, kv)
+    assert summed["levels"][0]["outside_share"] > MAX_OUTSIDE_SHARE, summed["detail"]

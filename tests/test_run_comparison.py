@@ -299,9 +299,11 @@ def test_the_gates_false_alarms_and_power_are_counted_over_replicate_pairs():
     assert slowed["levels"][0]["repeats"][0] == {"output_throughput": 100.0 / 1.2, "median_ttft_ms": 12.0}
     assert load["levels"][0]["repeats"][0]["output_throughput"] == 100.0  # the run itself untouched
     result = measure_gate(runs, ["*/serve/*"], 0.10, [0.05, 0.3])
-    assert (result["false_alarms"]["hits"], result["false_alarms"]["pairs"]) == (0, 6)
-    assert [(p["slowdown"], p["hits"]) for p in result["power"]] == [(0.05, 0), (0.3, 6)]
+    assert (result["false_alarms"]["hits"], result["false_alarms"]["pairs"]) == (0, 12)  # ordered pairs
+    assert [(p["slowdown"], p["hits"]) for p in result["power"]] == [(0.05, 0), (0.3, 12)]
     assert result["smallest_detected"] == 0.3
+    # Two runs make two pairs: too few to call any slowdown caught in 80 % of them.
+    assert measure_gate(runs[:2], ["*/serve/*"], 0.10, [0.3])["smallest_detected"] is None
     # Noise as large as the slowdown hides it: passes spread by +-25 % around 100.
     wide = [[75.0, 125.0, 100.0, 90.0, 110.0], [125.0, 75.0, 110.0, 90.0, 100.0], [100.0, 80.0, 120.0, 95.0, 105.0]]
     noisy = [run(f"w{i}", {"m": {"load": levels_artifact({1: passes})}}) for i, passes in enumerate(wide)]

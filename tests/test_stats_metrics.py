@@ -108,3 +108,8 @@ def test_log_ratio_degrees_of_freedom_are_welchs():
     assert log_ratio([9.0, 10.0, 11.0], [18.0, 20.0, 22.0])[2] == 4
     assert log_ratio([20.0, 22.0, 24.0], [10.0, 10.0, 10.0])[2] == 2
     assert log_ratio([1.0, 2.0, 3.0], [10.0 + 0.1 * (i % 2) for i in range(10)])[2] == 2
+    # The noisy side the larger: Welch's df rises past min(n) - 1 = 2 toward the noisy side's 9.
+    noisy_many = [1.0 + 0.5 * (-1) ** i for i in range(10)]
+    assert log_ratio(noisy_many, [10.0, 10.1, 9.9])[2] == 9
+    # No spread on either side: the pooled n_a + n_b - 2.
+    assert log_ratio([2.0, 2.0, 2.0], [1.0, 1.0])[2] == 3

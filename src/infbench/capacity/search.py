@@ -55,7 +55,7 @@ OUTCOMES = {
     "bracketed": "converged: a met and a missed load within the tolerance",
     "none_met": "not converged: even the lowest load missed the SLO, so the capacity is below it",
     "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
-    "unfinished": "not converged: the bracket is still wider than the tolerance after max_probes probes",
+    "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
 }
 
 OUTCOME_FIXES = {

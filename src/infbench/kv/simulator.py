@@ -6,7 +6,9 @@ produced its output. Requests are admitted first come, first served, when their 
 fits. Contiguous strategies reserve a fixed region at admission in a first-fit address
 space (so external fragmentation is real, not assumed); paged strategies allocate one block
 at a time as a sequence grows and, like vLLM, preempt the newest sequence when the pool runs
-out. Memory is split into the PagedAttention paper's categories each step:
+out (a paged strategy that reserves, the live KV check's rival, takes its blocks at admission;
+its categories then count reserved blocks as internal fragmentation). Memory is split into
+the PagedAttention paper's categories each step:
 
     token states            slots holding a stored token
     reservation             reserved slots that this request will still fill

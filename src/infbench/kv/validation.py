@@ -7,8 +7,9 @@ leaves its null block out).
 Two allocation models are held to the same samples: vLLM's, blocks on demand as a sequence
 grows ("on_demand"), and its rival, the blocks of prompt + max_tokens reserved at admission
 ("reservation"). The check vouches for on-demand allocation only when on-demand passes and
-the rival fails: where every request's reservation fits the blocks it fills anyway (short
-outputs in large blocks) the two predict the same usage and the check says it cannot tell.
+more than MAX_OUTSIDE_SHARE of all samples fit on demand but not reserved: where every
+request's reservation fits the blocks it fills anyway (short outputs in large blocks) the two
+predict the same usage and the check says it cannot tell.
 
 What the client saw of each request bounds what the server held at any instant:
 
@@ -106,8 +107,15 @@ def prompt_tokens_as_served(tokenizer, request: dict, api: str) -> list[int]:
     return prompt_token_ids(tokenizer, request)
 
 
-def request_band(request: dict, strategy: Strategy, prefix: tuple[int, ...] = ()) -> tuple[list[float], RequestBand]:
-    """The times a request's band changes, and its band at any time (seconds from the level start)."""
+def request_band(
+    request: dict, strategy: Strategy, prefix: tuple[int, ...] = (), role_chunks: int = 0
+) -> tuple[list[float], RequestBand]:
+    """The times a request's band changes, and its band at any time (seconds from the level start).
+    `role_chunks`: leading chunks that carry no token (the chat endpoint's role-only first one).
+
+    A streamed chunk carries one token or more (vLLM merges outputs when the API server falls
+    behind): after c of a request's C content chunks, between c and o - (C - c) of its o tokens
+    had arrived, and the band spans both ends (with C = o, exactly c)."""
     prompt, output = request["prompt_tokens"], request["output_tokens"]
     # ignore_eos: every request ran to its max_tokens, so its output is its max_tokens.
     trace = TraceRequest(
@@ -121,32 +129,43 @@ def request_band(request: dict, strategy: Strategy, prefix: tuple[int, ...] = ()
     arrivals = [sent + request["ttft"]]
     for gap in request["itl"]:
         arrivals.append(arrivals[-1] + gap)
-    # Chunks beyond the output tokens (the chat endpoint's first, role-only chunk) carry none.
-    extra = max(0, len(arrivals) - output)
+    skipped = min(role_chunks, len(arrivals) - 1)
+    content = len(arrivals) - skipped  # C
+    # More content chunks than tokens: the extra ones carry none (as a role-only chunk).
+    skipped += max(0, content - output)
+    content = min(content, output)
     final = held(prompt + max(output - 1, 0))
 
     def band(t: float) -> tuple[int, int, bool, bool]:
         if t < sent or t >= arrivals[-1]:
             return (0, 0, False, False)
-        tokens = max(0, bisect.bisect_right(arrivals, t) - extra)
-        if tokens == 0:
-            return (0, held(prompt + 1), False, True)
-        high = min(final, held(prompt + tokens + 1))
-        surely = tokens < output - 1
-        return (held(prompt + tokens - 1) if surely else 0, high, surely, True)
+        chunks = max(0, bisect.bisect_right(arrivals, t) - skipped)  # c
+        most = output - (content - chunks)  # tokens by then, at most
+        if chunks == 0:
+            return (0, min(final, held(prompt + most + 1)), False, True)
+        high = min(final, held(prompt + most + 1))
+        surely = most < output - 1  # not yet at its last-but-one token, whatever the chunks held
+        return (held(prompt + chunks - 1) if surely else 0, high, surely, True)
 
     return [sent, *arrivals], band
 
 
 def predicted_band(
-    requests: list[dict], strategy: Strategy, prefixes: dict[str, tuple[int, ...]] | None = None
+    requests: list[dict],
+    strategy: Strategy,
+    prefixes: dict[str, tuple[int, ...]] | None = None,
+    role_chunks: int = 0,
 ) -> tuple[list[float], Band]:
     """The band of all successful requests together: their private blocks summed, and each
     distinct shared prefix block counted once among the requests that (surely, possibly) hold it.
-    `prefixes`: workload request id -> its prompt's prefix blocks (prefix caching on)."""
-    prefixes = prefixes or {}
+    `prefixes`: workload request id -> its prompt's prefix blocks (used only where the strategy
+    shares prefixes: prefix caching on)."""
+    prefixes = prefixes if strategy.share_prefix else {}
     parts = [
-        (prefixes.get(source_id(r), ()), *request_band(r, strategy, prefixes.get(source_id(r), ())))
+        (
+            prefixes.get(source_id(r), ()),
+            *request_band(r, strategy, prefixes.get(source_id(r), ()), role_chunks),
+        )
         for r in requests
         if r["success"]
     ]
@@ -216,7 +235,7 @@ def level_check(level: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int
         step_s = statistics.median(gaps) if gaps else 0.0
         errors = {}
         for name in MODELS:
-            changes, band = predicted_band(done, models[name], prefixes)
+            changes, band = predicted_band(done, models[name], prefixes, role_chunks=1 if api == "chat" else 0)
             errors[name] = sample_errors(repeat["metrics_series"], changes, band, usable, step_s)
             totals[name]["samples"] += len(errors[name])
             totals[name]["outside"] += sum(error > 0 for error, _ in errors[name])
@@ -249,32 +268,38 @@ def live_validation(
     levels = [level_check(level, kv, prefixes) for level in load["levels"]]
     checked = [level for level in levels if level["samples"]]
     if not checked:
-        return {"status": "warn", "detail": "no level was scraped: lower load.metrics_interval_s", "levels": levels}
+        return {
+            "status": "warn",
+            "detail": "no level was scraped: lower load.metrics_interval_s",
+            "max_outside_allowed": MAX_OUTSIDE_SHARE,
+            "levels": levels,
+        }
     samples = sum(level["samples"] for level in checked)
     worst = max(level["outside_share"] for level in checked)
     rival_outside = sum(level["reservation"]["outside"] for level in checked)
     rival_share = rival_outside / samples
     told_apart = sum(level["told_apart"] for level in checked)
-    preempted = [level for level in checked if level["preemptions"]]
+    failing = [level for level in checked if level["outside_share"] > MAX_OUTSIDE_SHARE]
     detail = (
         f"on demand (vLLM): {sum(level['outside'] for level in checked)} of {samples} scraped samples outside "
         f"the blocks the requests in flight held (worst level {worst * 100:.1f} %, fail above "
         f"{MAX_OUTSIDE_SHARE * 100:.0f} %); reserving prompt + max_tokens at admission: {rival_outside} "
-        f"outside ({rival_share * 100:.1f} %)"
+        f"outside ({rival_share * 100:.1f} %); {told_apart} ({told_apart / samples * 100:.1f} %) fit on demand "
+        f"and not reserved (pass above {MAX_OUTSIDE_SHARE * 100:.0f} %)"
     )
     if kv.get("prefix_caching") and unmatched:
         detail += f"; {unmatched} requests' prompts did not re-tokenize to the server's count (sharing unmodelled)"
-    if worst > MAX_OUTSIDE_SHARE:
+    if failing:
         status = "fail"
-        if preempted:
+        if all(level["preemptions"] for level in failing):
             status = "warn"
             detail += "; requests were preempted, which the client cannot see, so the miss may be theirs"
-    elif rival_share <= MAX_OUTSIDE_SHARE:
+    elif told_apart / samples <= MAX_OUTSIDE_SHARE:
         status = "warn"
         detail += (
-            f"; both fit, so this load cannot tell on-demand allocation from reservation (requests' whole "
-            f"lengths fit the {kv['block_size']}-token blocks they fill anyway): set engine.block_size to 32 "
-            "(16 on a GPU) or give requests longer outputs"
+            f"; this load cannot tell on-demand allocation from reservation (requests' whole lengths fit the "
+            f"{kv['block_size']}-token blocks they fill anyway): set engine.block_size to 32 (16 on a GPU) or "
+            "give requests longer outputs"
         )
     else:
         status = "pass"

@@ -29,7 +29,9 @@ def capacity_text(mode: str, search: dict) -> str:
     it was tested): capacity.max_concurrency, or for rate the most requests per second a
     closed-loop probe completed, the highest rate probed."""
     text = load_text(mode, search["capacity"])
-    if search["capacity"] is None or search["first_failing"] is not None:
+    if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
+        return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
+    if search["outcome"] != "ceiling_met":
         return text
     if mode == "concurrency":
         return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
@@ -140,8 +142,8 @@ def slo_figure(capacity: dict):
         draw,
         frame,
         f"Each point a probe, joined in order of load. A probe passes when at least {100 * target:g} % of its "
-        f"requests meet every SLO: for one SLO alone, exactly when its p{100 * target:g} is under the dashed "
-        "line.",
+        f"requests completed within every SLO at once (and it was not saturated); for one SLO alone that is "
+        f"near, not exactly, its p{100 * target:g} (interpolated, over completed requests) under the dashed line.",
     )
 
 

@@ -136,7 +136,8 @@ def view(allocator: dict | None, kv_validation: dict | None) -> dict | None:
         "live": {
             "status": kv_validation["status"],
             "detail": kv_validation["detail"],
-            "fit": f"{(1 - kv_validation.get('max_outside_allowed', 0.1)) * 100:.0f} % in every level",
+            "fit": f"at least {(1 - kv_validation['max_outside_allowed']) * 100:.0f} % of each level's samples",
+            "told_apart": f"{kv_validation['max_outside_allowed'] * 100:.0f} %",
         }
         if kv_validation
         else None,

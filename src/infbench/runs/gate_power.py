@@ -2,12 +2,15 @@
 configuration, and its power on the same replicates with a slowdown of known size planted in
 the candidate.
 
-A pair (baseline i, candidate j) of replicates, i < j, is a false alarm when the gate fails
-on it. The same pair with every serving figure of the candidate made `s` slower (latencies
-x (1 + s), throughput and goodput / (1 + s), each pass's figure scaled alike) is a detection
-when the gate fails on it: the slowdown sits on top of the replicates' own run-to-run noise,
-which is what a real regression meets. Rates carry a 95 % Wilson interval over pairs; pairs
-that share a run are not independent, so the interval is narrower than the truth.
+Every ordered pair (baseline i, candidate j), i != j, of replicates is a false alarm when the
+gate fails on it (both orders: drift over the replicates' hours then biases neither way). The
+same pair with every serving figure of the candidate made `s` slower (latencies x (1 + s),
+throughput and goodput / (1 + s), each pass's figure scaled alike) is a detection when the
+gate fails on it: the slowdown sits on top of the replicates' own run-to-run noise, which is
+what a real regression meets. (A real slowdown loses goodput in steps, as latencies cross the
+SLO; scaled smoothly, goodput understates it, so the power read from goodput is low, if
+anything.) Rates carry a 95 % Wilson interval over pairs; pairs that share a run are not
+independent, so the interval is narrower than the truth.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from infbench.runs.comparison import SERVING_METRICS, comparison_record, gate
 from infbench.runs.results import RunResults
 
 DETECTED = 0.8  # the conventional power: the smallest slowdown caught in 4 of 5 pairs
+MIN_PAIRS = 5  # fewer pairs say nothing of a rate (one pair's "100 %" is 21-100 %)
 
 
 def slowed_load(load: dict, slowdown: float) -> dict:
@@ -59,13 +63,19 @@ def measure_gate(runs: list[RunResults], patterns: list[str], threshold: float, 
     """False alarms over every pair of replicates, and detections at each planted slowdown."""
     if len(runs) < 2:
         raise ValueError("the gate's error rates need at least two replicate runs")
-    pairs = list(itertools.combinations(range(len(runs)), 2))
+    pairs = list(itertools.permutations(range(len(runs)), 2))
     alarms = {f"{i}-{j}": gate_fails(runs[i], runs[j], patterns, threshold) for i, j in pairs}
     power = []
-    for slowdown in slowdowns:
+    for slowdown in sorted(slowdowns):
         caught = sum(bool(gate_fails(runs[i], slowed_run(runs[j], slowdown), patterns, threshold)) for i, j in pairs)
         power.append({"slowdown": slowdown, **rate(caught, len(pairs))})
-    smallest = next((p["slowdown"] for p in power if p["rate"] >= DETECTED), None)
+    # The smallest slowdown from which every larger one tried is caught too, given enough pairs.
+    smallest = None
+    if len(pairs) >= MIN_PAIRS:
+        for p in reversed(power):
+            if p["rate"] < DETECTED:
+                break
+            smallest = p["slowdown"]
     return {
         "patterns": patterns,
         "threshold": threshold,
@@ -73,5 +83,5 @@ def measure_gate(runs: list[RunResults], patterns: list[str], threshold: float, 
         "false_alarms": {**rate(sum(bool(lines) for lines in alarms.values()), len(pairs)), "lines": alarms},
         "power": power,
         "smallest_detected": smallest,
-        "detected_means": f"the gate failed in at least {DETECTED:.0%} of pairs",
+        "detected_means": f"the gate failed in at least {DETECTED:.0%} of pairs (at least {MIN_PAIRS} pairs)",
     }
