@@ -10,6 +10,7 @@ import seaborn as sns
 from infbench.core import study_figures
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
+from infbench.serving.level_checks import QUEUE_SHARE_WARN, SEND_LAG_WARN_S
 
 
 def level_label(level: dict) -> str:
@@ -55,6 +56,9 @@ def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
             if level.get("offered_request_rate") is not None
             else ""
         )
+        # Open loop: the client's wait for a free slot, left out of latencies timed from the send.
+        row["client queue ms (median)"] = level.get("median_client_queue_time_ms")
+        row["e2el incl. queue ms (median)"] = level.get("median_e2el_including_client_queue_ms")
         row["goodput req/s"] = level["request_goodput"]
         for metric in ("ttft", "tpot", "e2el"):
             if metric == "e2el":
@@ -217,6 +221,8 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "request": study_request_view(server["study_request"]),
         "study": {key: study[key] for key in ("latency_s", "prompt_tokens", "completion_tokens", "method", "hardware")},
         "repeats": len(levels[0]["repeats"]) if levels else 0,
+        "send_lag_warn_ms": f"{SEND_LAG_WARN_S * 1000:.0f}",
+        "queue_share_warn": f"{QUEUE_SHARE_WARN:.0%}",
         "chat_levels": any(level["api"] == "chat" for level in levels),
         "notes": load["notes"],
         "placement": placement["note"],

@@ -37,6 +37,9 @@ class StreamedResult:
     result: RequestResult
     text: str
     sent_at: float  # perf_counter when the request was sent
+    # Open loop: perf_counter when its scheduled time came and the client got to it (the sleep
+    # ended); sent_at - ready_at is its wait for a free slot (vLLM's client_queue_time).
+    ready_at: float | None = None
 
 
 APIS = ("completions", "chat")
@@ -169,8 +172,11 @@ async def run_level(
 
             async def send(request, when):
                 await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
+                ready = time.perf_counter()
                 async with gate:
-                    return await stream_request(client, model, request, api)
+                    streamed = await stream_request(client, model, request, api)
+                streamed.ready_at = ready if scheduled else None
+                return streamed
 
             results = await asyncio.gather(*(send(r, w) for r, w in zip(requests, scheduled or [0.0] * len(requests))))
             duration = time.perf_counter() - started

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import statistics
+
 from infbench.core.checks import check, not_available
+from infbench.core.metrics import MS, distribution
 from infbench.serving.client import LevelRun
 
 CLIENT_CPU_WARN = 0.8  # share of one core the client may use before its timing is suspect
-DISPATCH_LAG_WARN_S = 0.05
+SEND_LAG_WARN_S = 0.05  # the latest a request may leave after its scheduled time
+QUEUE_SHARE_WARN = 0.1  # median client queue time against the median E2E latency
 
 
 def open_loop_rates(run: LevelRun) -> dict | None:
@@ -17,7 +21,6 @@ def open_loop_rates(run: LevelRun) -> dict | None:
     achieved = (n - 1) / span of completions (a server that keeps up completes requests as fast
                as they were sent; completed / duration would read low even then, because the
                duration includes the last request's own latency)
-    dispatch lag = the latest a request left the client after its scheduled time
     """
     done = [s for s in run.results if s.result.success]
     if not run.scheduled or len(done) < 2:
@@ -28,10 +31,38 @@ def open_loop_rates(run: LevelRun) -> dict | None:
         "offered": len(run.scheduled) / run.scheduled[-1],
         "sent": (len(sends) - 1) / (sends[-1] - sends[0]),
         "achieved": (len(completions) - 1) / (completions[-1] - completions[0]),
-        "dispatch_lag": max(
-            (s.sent_at - run.results[0].sent_at) - (when - run.scheduled[0])
-            for s, when in zip(run.results, run.scheduled)
-        ),
+    }
+
+
+def open_loop_timing(run: LevelRun) -> dict | None:
+    """Where an open-loop request's time before it reached the server went, per request (None
+    for a closed loop, which sends each request when a slot frees):
+
+    send lag      = ready - scheduled   (the client late to its own schedule: a busy event loop)
+    client queue  = sent - ready        (waiting for a free slot under max_concurrency; vLLM's
+                                         client_queue_time)
+    """
+    if not run.scheduled:
+        return None
+    return {
+        "scheduled_s": list(run.scheduled),
+        "send_lag_s": [s.ready_at - (run.started + when) for s, when in zip(run.results, run.scheduled)],
+        "client_queue_s": [s.sent_at - s.ready_at for s in run.results],
+    }
+
+
+def queue_figures(run: LevelRun) -> dict:
+    """An open-loop pass's client queue time and its E2E latency counted from the schedule's
+    send (e2el + client queue), over the successful requests as vLLM reports them
+    (client_queue_time, e2el_including_client_queue), and its worst send lag; {} closed loop."""
+    timing = open_loop_timing(run)
+    if timing is None:
+        return {}
+    done = [(s, queue) for s, queue in zip(run.results, timing["client_queue_s"]) if s.result.success]
+    return {
+        **distribution("client_queue_time", [queue for _, queue in done]),
+        **distribution("e2el_including_client_queue", [s.result.e2el + queue for s, queue in done]),
+        "max_send_lag_ms": max(timing["send_lag_s"]) * MS,
     }
 
 
@@ -88,13 +119,29 @@ def validity_checks(run: LevelRun, requests, tokenizer, prefix_caching: bool) ->
                 "dominates latency",
             )
         )
-        lag = rates["dispatch_lag"]
+    timing = open_loop_timing(run)
+    if timing is not None:
+        lag = max(timing["send_lag_s"])
         checks.append(
             check(
-                "dispatch_lag",
-                "pass" if lag <= DISPATCH_LAG_WARN_S else "warn",
+                "send_lag",
+                "pass" if lag <= SEND_LAG_WARN_S else "warn",
                 lag,
-                f"requests left the client up to {lag * 1000:.0f} ms after their scheduled time",
+                f"requests reached their send up to {lag * MS:.0f} ms after their scheduled time (warn above "
+                f"{SEND_LAG_WARN_S * MS:.0f} ms: the client kept another schedule than the one offered)",
+            )
+        )
+        median_queue = statistics.median(timing["client_queue_s"])
+        median_e2el = statistics.median(s.result.e2el for s in done) if done else 0.0
+        share = median_queue / median_e2el if median_e2el > 0 else 0.0
+        checks.append(
+            check(
+                "client_queue",
+                "pass" if share <= QUEUE_SHARE_WARN else "warn",
+                share,
+                f"requests waited {median_queue * MS:.0f} ms (median) in the client for a free slot, "
+                f"{share:.0%} of the median E2E latency (warn above {QUEUE_SHARE_WARN:.0%}): latencies from the "
+                "send leave that wait out; e2el_including_client_queue counts it",
             )
         )
     if not run.metrics.available:

@@ -11,13 +11,13 @@ import openai
 
 from infbench.core import study_figures
 from infbench.core.checks import STATUS_RANK, check
-from infbench.core.metrics import MS, PERCENTILES, aggregate, goodput
+from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, goodput
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level
-from infbench.serving.level_checks import open_loop_rates, validity_checks
+from infbench.serving.level_checks import open_loop_rates, open_loop_timing, queue_figures, validity_checks
 from infbench.workload.requests import has_chat_template
 
 
@@ -136,10 +136,35 @@ def repeat_summary(
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             "checks": validity_checks(run, requests, tokenizer, prefix_caching),
             "metrics_series": run.metrics.samples,
-            "requests": [{**s.result.to_json(), "sent_s": s.sent_at - run.started} for s in run.results],
+            "requests": request_records(run),
+            **queue_figures(run),
         }
     )
     return summary
+
+
+def pooled_queue_figures(records: list[dict]) -> dict:
+    """queue_figures over the requests of every repeat ({} for a closed loop)."""
+    timed = [r for r in records if "client_queue_s" in r]
+    if not timed:
+        return {}
+    done = [r for r in timed if r["success"]]
+    return {
+        **distribution("client_queue_time", [r["client_queue_s"] for r in done]),
+        **distribution("e2el_including_client_queue", [r["e2el"] + r["client_queue_s"] for r in done]),
+        "max_send_lag_ms": max(r["send_lag_s"] for r in timed) * MS,
+    }
+
+
+def request_records(run: LevelRun) -> list[dict]:
+    """Each request as the client saw it: vLLM's fields, when it was sent from the pass's start,
+    and (open loop) when it was scheduled, its send lag and its client queue time."""
+    records = [{**s.result.to_json(), "sent_s": s.sent_at - run.started} for s in run.results]
+    timing = open_loop_timing(run)
+    if timing is not None:
+        for record, *fields in zip(records, timing["scheduled_s"], timing["send_lag_s"], timing["client_queue_s"]):
+            record.update(zip(("scheduled_s", "send_lag_s", "client_queue_s"), fields))
+    return records
 
 
 def worst_checks(repeats: list[dict]) -> list[dict]:
@@ -243,6 +268,7 @@ def summarize_level(
             "peak_num_requests_running": max_of("peak_num_requests_running"),
             "peak_num_requests_waiting": max_of("peak_num_requests_waiting"),
             "preemptions": sum_of("preemptions"),
+            **pooled_queue_figures(pooled),
             "across_repeats": {key: summarize(repeat[key] for repeat in repeats).to_json() for key in ACROSS_REPEATS},
             "percentile_support": percentile_support(pooled),
             "checks": [*worst_checks(repeats), repeats_agree(repeats)],
