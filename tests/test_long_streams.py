@@ -1,0 +1,95 @@
+"""The client reads streams with long lines whole: line readers with a limit stop at 64-128 KB
+(aiohttp before 3.14: "Chunk too big", vLLM issue 39963, SGLang PR 6737); ours must not,
+whatever a chunk carries."""
+
+import asyncio
+import json
+import threading
+import time
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from infbench.serving.client import LoadRequest, openai_client, stream_request
+
+LONG_CHUNK_CHARS = 400_000  # one server-sent event's line: three times aiohttp's 128 KB limit
+
+
+class LongChunkServer:
+    """/v1/completions streaming three chunks, the middle one a single 400 KB line."""
+
+    def __init__(self):
+        config = uvicorn.Config(
+            Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])]),
+            host="127.0.0.1",
+            port=0,
+            log_level="error",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def completions(self, request):
+        await request.json()
+
+        async def stream():
+            for text in ("a", "b" * LONG_CHUNK_CHARS, "c"):
+                chunk = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                         "choices": [{"index": 0, "text": text, "finish_reason": None}]}  # fmt: skip
+                yield f"data: {json.dumps(chunk)}\n\n"
+                await asyncio.sleep(0.01)
+            usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+            yield f"data: {json.dumps({'id': 'x', 'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    def __enter__(self):
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        self.base_url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join()
+
+
+def test_a_chunk_longer_than_aiohttps_line_limit_is_read_whole():
+    async def one(base_url):
+        client = openai_client(base_url, 30)
+        try:
+            return await stream_request(client, "m", LoadRequest("r#0", "hello", 4, 3))
+        finally:
+            await client.close()
+
+    with LongChunkServer() as server:
+        streamed = asyncio.run(one(server.base_url))
+    assert streamed.result.success, streamed.result.error
+    assert streamed.text == "a" + "b" * LONG_CHUNK_CHARS + "c"
+    assert (streamed.result.output_tokens, len(streamed.result.itl)) == (3, 2)
+
+
+def test_the_same_stream_breaks_a_line_limited_reader():
+    """The planted fault: reading the stream line by line with a 64 KB line limit (asyncio's
+    StreamReader default; aiohttp before 3.14 failed the same way at 128 KB) fails on this
+    server's long line, so the test above can fail."""
+    import pytest
+
+    async def by_lines(base_url):
+        host, port = base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))  # limit: 64 KB a line
+        body = json.dumps({"model": "m", "prompt": "hello", "max_tokens": 3, "stream": True})
+        writer.write(
+            f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}".encode()
+        )
+        try:
+            while await reader.readline():
+                pass
+        finally:
+            writer.close()
+
+    with LongChunkServer() as server, pytest.raises(ValueError, match="limit"):
+        asyncio.run(by_lines(server.base_url))
