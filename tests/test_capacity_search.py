@@ -112,26 +112,51 @@ def test_wilson_interval_and_early_stop():
     assert not clearly_below(13, 16, 0.9)  # 81 %: its interval reaches 90 %, another pass may tip it
 
 
+def scrapes(*states, preempt_at=None):
+    """A pass's /metrics series, one scrape per (running, waiting, usage)."""
+    return [
+        {
+            "t": i * 0.5,
+            "vllm:num_requests_running": running,
+            "vllm:num_requests_waiting": waiting,
+            "vllm:kv_cache_usage_perc": usage,
+            "vllm:num_preemptions_total": float(preempt_at is not None and i >= preempt_at),
+        }
+        for i, (running, waiting, usage) in enumerate(states)
+    ]
+
+
+def probe_with(*series):
+    return {"peak_num_requests_running": 8, "pass_records": [{"metrics_series": one} for one in series]}
+
+
 @pytest.mark.parametrize(
-    ("record", "limit"),
+    ("series", "limit"),
     [
-        ({"preemptions": 3, "peak_num_requests_waiting": 0}, "kv_memory"),
-        ({"peak_num_requests_waiting": 5, "peak_kv_cache_usage_perc": 0.97}, "kv_memory"),
-        ({"peak_num_requests_waiting": 5, "peak_num_requests_running": 8}, "max_num_seqs"),
-        ({"peak_num_requests_waiting": 5}, "scheduler"),
-        ({}, "compute"),
+        (scrapes(*[(6, 0, 0.5)] * 5, preempt_at=3), "kv_memory"),  # preempted between two scrapes
+        (scrapes(*[(6, 3, 0.97)] * 5), "kv_memory"),  # waiting with the cache full
+        (scrapes(*[(8, 3, 0.5)] * 5), "max_num_seqs"),  # waiting at the cap
+        (scrapes(*[(6, 3, 0.5)] * 5), "scheduler"),  # waiting with room
+        (scrapes(*[(6, 0, 0.5)] * 5), "compute"),  # nothing waited
+        # The opening burst: 16 arrive at once, one scrape sees them wait, then none do.
+        (scrapes((8, 8, 0.3), *[(8, 0, 0.6)] * 19), "compute"),
+        # A waiting peak early and a usage peak later never co-occurred: peaks taken apart
+        # would read "waited with the cache full"; the scrapes say requests waited with room.
+        (scrapes(*[(6, 4, 0.3)] * 4, *[(6, 0, 0.97)] * 4), "scheduler"),
     ],
 )
-def test_the_binding_limit_is_read_from_the_server_state(record, limit):
-    state = {
-        "peak_num_requests_running": 6,
-        "peak_num_requests_waiting": 0,
-        "preemptions": 0,
-        "peak_kv_cache_usage_perc": 0.5,
-        **record,
-    }
-    assert binding_limit(state, kv_full_usage=0.95, max_num_seqs=8)["limit"] == limit
+def test_the_binding_limit_is_read_from_scrapes_that_co_occurred(series, limit):
+    binding = binding_limit(probe_with(series), kv_full_usage=0.95, max_num_seqs=8)
+    assert binding["limit"] == limit, binding
     assert binding_limit({"peak_num_requests_running": None}, kv_full_usage=0.95, max_num_seqs=8)["limit"] == "unknown"
+
+
+def test_the_preemption_counter_is_compared_within_a_pass_only():
+    # Two passes: the counter restarts from the server's total, never a rise across passes.
+    first, second = scrapes(*[(6, 0, 0.5)] * 3), scrapes(*[(6, 0, 0.5)] * 3)
+    for sample in second:
+        sample["vllm:num_preemptions_total"] = 5.0  # earlier probes preempted; none in this pass
+    assert binding_limit(probe_with(first, second), kv_full_usage=0.95, max_num_seqs=8)["limit"] == "compute"
 
 
 def test_cost_per_million_output_tokens():

@@ -171,30 +171,70 @@ def search(
     return SearchResult(passing, failing, probes, outcome)
 
 
-def binding_limit(record: dict, *, kv_full_usage: float, max_num_seqs: int | None) -> dict:
-    """What limited the server at a probe, read from its /metrics:
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+USAGE, PREEMPTIONS = "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total"
+QUEUED = ("kv_memory", "max_num_seqs", "scheduler")  # the states in which requests waited
+BOUND_SHARE = 0.1  # share of a probe's busy scrapes a waiting state needs to be named the limit
 
-    kv_memory     requests were preempted, or waited while the KV cache had no room for the
-                  largest request (usage at least `kv_full_usage`)
+
+def scrape_state(sample: dict, preempted: bool, *, kv_full_usage: float, max_num_seqs: int | None) -> str | None:
+    """What bound the server at one scrape, from that scrape's own values (None: idle):
+
+    kv_memory     requests were preempted since the last scrape, or waited while the KV cache
+                  had no room for the largest request (usage at least `kv_full_usage`)
     max_num_seqs  requests waited with the engine's cap on running requests reached
     scheduler     requests waited with neither (the step's token budget)
-    compute       nothing waited and nothing was preempted: latency rose with KV memory free
-    unknown       the server publishes no /metrics
+    compute       requests ran and none waited
     """
-    running, waiting = record.get("peak_num_requests_running"), record.get("peak_num_requests_waiting")
-    preemptions, usage = record.get("preemptions"), record.get("peak_kv_cache_usage_perc")
-    if running is None:
-        return {"limit": "unknown", "evidence": "the server publishes no /metrics"}
-    figures = (
-        f"peak running {running:.0f}, peak waiting {waiting:.0f}, preemptions {preemptions:.0f}, "
-        f"peak KV usage {usage * 100:.1f} %"
-    )
-    if preemptions:
-        return {"limit": "kv_memory", "evidence": f"requests were preempted for KV blocks ({figures})"}
-    if waiting and usage >= kv_full_usage:
-        return {"limit": "kv_memory", "evidence": f"requests waited with the KV cache full ({figures})"}
+    running, waiting, usage = sample[RUNNING], sample.get(WAITING, 0.0), sample.get(USAGE, 0.0)
+    if preempted or (waiting and usage >= kv_full_usage):
+        return "kv_memory"
     if waiting and max_num_seqs is not None and running >= max_num_seqs:
-        return {"limit": "max_num_seqs", "evidence": f"requests waited at the engine's max_num_seqs ({figures})"}
+        return "max_num_seqs"
     if waiting:
-        return {"limit": "scheduler", "evidence": f"requests waited with KV memory free ({figures})"}
-    return {"limit": "compute", "evidence": f"nothing waited or was preempted: latency rose with KV free ({figures})"}
+        return "scheduler"
+    return "compute" if running else None
+
+
+def scrape_states(series: list[dict], *, kv_full_usage: float, max_num_seqs: int | None) -> list[str]:
+    """Each busy scrape of one pass classified from its own running, waiting, KV usage and
+    preemptions (the counter's rise since the scrape before): values that co-occurred."""
+    states, previous = [], None
+    for sample in series:
+        if RUNNING not in sample:
+            continue
+        preempted = previous is not None and sample.get(PREEMPTIONS, 0.0) > previous.get(PREEMPTIONS, 0.0)
+        previous = sample
+        state = scrape_state(sample, preempted, kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs)
+        if state is not None:
+            states.append(state)
+    return states
+
+
+def binding_limit(record: dict, *, kv_full_usage: float, max_num_seqs: int | None) -> dict:
+    """What limited the server at a probe: every busy scrape of its passes classified by
+    `scrape_state`; the waiting state seen in the most scrapes, where waiting states make at
+    least BOUND_SHARE of them (a burst's first scrape alone does not name a limit), else
+    compute; unknown where the server publishes no /metrics."""
+    if record.get("peak_num_requests_running") is None:
+        return {"limit": "unknown", "evidence": "the server publishes no /metrics"}
+    states = [
+        state
+        for one in record.get("pass_records", [])
+        for state in scrape_states(
+            one.get("metrics_series", []), kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs
+        )
+    ]
+    counts = {state: states.count(state) for state in (*QUEUED, "compute")}
+    if not states:
+        return {"limit": "unknown", "evidence": "no scrape caught the server with requests running", "scrapes": counts}
+    waited = sum(counts[state] for state in QUEUED)
+    limit = max(QUEUED, key=counts.get) if waited >= BOUND_SHARE * len(states) else "compute"
+    shown = ", ".join(f"{state.replace('_', ' ')} {n}" for state, n in counts.items() if n)
+    why = {
+        "kv_memory": "requests were preempted for KV blocks or waited with the cache full",
+        "max_num_seqs": "requests waited at the engine's max_num_seqs",
+        "scheduler": "requests waited with KV memory free",
+        "compute": "requests ran and (almost) none waited: latency rose with KV memory free",
+    }[limit]
+    return {"limit": limit, "evidence": f"{why} (of {len(states)} busy scrapes: {shown})", "scrapes": counts}

@@ -95,6 +95,8 @@ def pass_record(run: LevelRun, slo_ms: dict) -> dict:
         "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
         "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
         "preemptions": preemptions[1] - preemptions[0] if series.available else None,
+        # Every scrape: the binding limit is read from values that co-occurred.
+        "metrics_series": series.samples,
     }
 
 
