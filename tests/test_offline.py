@@ -128,14 +128,15 @@ def test_natural_output_lengths_are_recorded_for_the_allocator(artifacts, tiny_r
 
 def test_engine_facts_follow_the_configured_budget(artifacts):
     """vLLM's pool against arithmetic done here by hand: the tiny model has 2 layers, 3 KV
-    heads of 64 dimensions; K and V per token per layer; a 0.25 GiB budget; blocks of 128."""
+    heads of 64 dimensions; K and V per token per layer; a 0.25 GiB budget; blocks of 32 (the
+    test configuration's)."""
     facts = artifacts["vllm_offline"]["engine_facts"]
     itemsize = {"float32": 4, "bfloat16": 2}[artifacts["vllm_offline"]["settings"]["dtype"]]
-    bytes_per_block = 2 * 2 * 3 * 64 * itemsize * 128
-    blocks = (1 << 28) // bytes_per_block  # 682 in float32, 1365 in bfloat16
-    assert facts["block_size"] == 128 and facts["num_blocks"] == blocks
-    assert facts["kv_capacity_tokens"] == blocks * 128
-    assert facts["max_concurrency_at_max_model_len"] == blocks / 2  # max_model_len 256 = 2 blocks
+    bytes_per_block = 2 * 2 * 3 * 64 * itemsize * 32
+    blocks = (1 << 28) // bytes_per_block  # 2730 in float32, 5461 in bfloat16
+    assert facts["block_size"] == 32 and facts["num_blocks"] == blocks
+    assert facts["kv_capacity_tokens"] == blocks * 32
+    assert facts["max_concurrency_at_max_model_len"] == blocks / 8  # max_model_len 256 = 8 blocks
 
 
 def test_provenance_is_complete(artifacts):
