@@ -222,7 +222,7 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "study": {key: study[key] for key in ("latency_s", "prompt_tokens", "completion_tokens", "method", "hardware")},
         "repeats": len(levels[0]["repeats"]) if levels else 0,
         "send_lag_warn_ms": f"{SEND_LAG_WARN_S * 1000:.0f}",
-        "queue_share_warn": f"{QUEUE_SHARE_WARN:.0%}",
+        "queue_share_warn": f"{QUEUE_SHARE_WARN * 100:.0f} %",
         "chat_levels": any(level["api"] == "chat" for level in levels),
         "notes": load["notes"],
         "placement": placement["note"],
