@@ -14,11 +14,10 @@ from infbench.serving.level_checks import (
     QUEUE_SHARE_WARN,
     SEND_LAG_WARN_S,
     open_loop_timing,
-    queue_figures,
     validity_checks,
 )
 from infbench.serving.reference_server import ReferenceServer, Schedule
-from infbench.serving.sweep import pooled_queue_figures, request_records
+from infbench.serving.sweep import queue_figures, request_records
 
 
 def planted_run(scheduled, ready_late, queued, e2el=0.2):
@@ -54,19 +53,19 @@ def test_send_lag_and_client_queue_are_measured_apart():
     queue = check_of(queued, "client_queue")
     assert queue["status"] == "warn" and queue["value"] == pytest.approx(0.075 / 0.2)
     assert queue["value"] > QUEUE_SHARE_WARN
-    figures = queue_figures(queued)
+    figures = queue_figures(request_records(queued))
     assert figures["median_client_queue_time_ms"] == pytest.approx(75.0)
     assert figures["median_e2el_including_client_queue_ms"] == pytest.approx(275.0)
     records = request_records(queued)
     assert [r["client_queue_s"] for r in records] == pytest.approx([0.0, 0.05, 0.1, 0.15])
     assert [r["scheduled_s"] for r in records] == [0.0, 0.05, 0.1, 0.15]
-    assert pooled_queue_figures(records + records)["median_client_queue_time_ms"] == pytest.approx(75.0)
+    assert queue_figures(records + records)["median_client_queue_time_ms"] == pytest.approx(75.0)
 
 
 def test_a_closed_loop_has_no_schedule_to_lag_or_queue_behind():
     closed = planted_run([0.0] * 2, [0.0] * 2, [0.0] * 2)
     closed.scheduled = []
-    assert open_loop_timing(closed) is None and queue_figures(closed) == {} and pooled_queue_figures([]) == {}
+    assert open_loop_timing(closed) is None and queue_figures(request_records(closed)) == {} and queue_figures([]) == {}
     assert "client_queue_s" not in request_records(closed)[0]
 
 
@@ -92,11 +91,11 @@ def test_a_capped_rate_above_the_servers_pace_queues_in_the_client(tmp_path):
             )
 
         capped, free = level(20.0, 1), level(2.0, None)
-    figures = queue_figures(capped)
+    figures = queue_figures(request_records(capped))
     assert figures["median_client_queue_time_ms"] > 100
     median_e2el_ms = sorted(s.result.e2el for s in capped.results)[6] * 1000
     assert figures["median_e2el_including_client_queue_ms"] > 2 * median_e2el_ms > 0
     assert check_of(capped, "client_queue")["status"] == "warn"
-    assert queue_figures(free)["p99_client_queue_time_ms"] < 5
+    assert queue_figures(request_records(free))["p99_client_queue_time_ms"] < 5
     assert check_of(free, "client_queue")["status"] == "pass"
     assert check_of(free, "send_lag")["status"] == "pass"

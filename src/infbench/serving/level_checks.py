@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from infbench.core.checks import check, not_available
-from infbench.core.metrics import MS, distribution
+from infbench.core.metrics import MS
 from infbench.serving.client import LevelRun
 
 CLIENT_CPU_WARN = 0.8  # share of one core the client may use before its timing is suspect
@@ -48,21 +48,6 @@ def open_loop_timing(run: LevelRun) -> dict | None:
         "scheduled_s": list(run.scheduled),
         "send_lag_s": [s.ready_at - (run.started + when) for s, when in zip(run.results, run.scheduled)],
         "client_queue_s": [s.sent_at - s.ready_at for s in run.results],
-    }
-
-
-def queue_figures(run: LevelRun) -> dict:
-    """An open-loop pass's client queue time and its E2E latency counted from the schedule's
-    send (e2el + client queue), over the successful requests as vLLM reports them
-    (client_queue_time, e2el_including_client_queue), and its worst send lag; {} closed loop."""
-    timing = open_loop_timing(run)
-    if timing is None:
-        return {}
-    done = [(s, queue) for s, queue in zip(run.results, timing["client_queue_s"]) if s.result.success]
-    return {
-        **distribution("client_queue_time", [queue for _, queue in done]),
-        **distribution("e2el_including_client_queue", [s.result.e2el + queue for s, queue in done]),
-        "max_send_lag_ms": max(timing["send_lag_s"]) * MS,
     }
 
 

@@ -17,7 +17,7 @@ from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level
-from infbench.serving.level_checks import open_loop_rates, open_loop_timing, queue_figures, validity_checks
+from infbench.serving.level_checks import open_loop_rates, open_loop_timing, validity_checks
 from infbench.workload.requests import has_chat_template
 
 
@@ -123,6 +123,7 @@ def repeat_summary(
     series = run.metrics
     preemptions = series.first_last("vllm:num_preemptions_total")
     rates = open_loop_rates(run) or {}
+    records = request_records(run)
     summary.update(
         {
             "offered_request_rate": rates.get("offered"),
@@ -136,15 +137,18 @@ def repeat_summary(
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             "checks": validity_checks(run, requests, tokenizer, prefix_caching),
             "metrics_series": run.metrics.samples,
-            "requests": request_records(run),
-            **queue_figures(run),
+            "requests": records,
+            **queue_figures(records),
         }
     )
     return summary
 
 
-def pooled_queue_figures(records: list[dict]) -> dict:
-    """queue_figures over the requests of every repeat ({} for a closed loop)."""
+def queue_figures(records: list[dict]) -> dict:
+    """Open loop: the client queue time and the E2E latency counted from the schedule's send
+    (e2el + client queue) over the successful requests, as vLLM reports them
+    (client_queue_time, e2el_including_client_queue), and the worst send lag; {} for a closed
+    loop. Of one pass's records, or of every repeat's together."""
     timed = [r for r in records if "client_queue_s" in r]
     if not timed:
         return {}
@@ -268,7 +272,7 @@ def summarize_level(
             "peak_num_requests_running": max_of("peak_num_requests_running"),
             "peak_num_requests_waiting": max_of("peak_num_requests_waiting"),
             "preemptions": sum_of("preemptions"),
-            **pooled_queue_figures(pooled),
+            **queue_figures(pooled),
             "across_repeats": {key: summarize(repeat[key] for repeat in repeats).to_json() for key in ACROSS_REPEATS},
             "percentile_support": percentile_support(pooled),
             "checks": [*worst_checks(repeats), repeats_agree(repeats)],
