@@ -1,6 +1,6 @@
 """The client reads streams with long lines whole: line readers with a limit stop at 64-128 KB
 (aiohttp before 3.14: "Chunk too big", vLLM issue 39963, SGLang PR 6737); ours must not,
-whatever a chunk carries."""
+whatever a chunk carries. And a stream that stalls ends at the request's time limit."""
 
 import asyncio
 import json
@@ -18,9 +18,11 @@ LONG_CHUNK_CHARS = 400_000  # one server-sent event's line: three times aiohttp'
 
 
 class LongChunkServer:
-    """/v1/completions streaming three chunks, the middle one a single 400 KB line."""
+    """/v1/completions streaming three chunks, the middle one a single 400 KB line; with
+    `stall_s`, the first chunk and then nothing for that long."""
 
-    def __init__(self):
+    def __init__(self, stall_s: float = 0.0):
+        self.stall_s = stall_s
         config = uvicorn.Config(
             Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])]),
             host="127.0.0.1",
@@ -38,7 +40,7 @@ class LongChunkServer:
                 chunk = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
                          "choices": [{"index": 0, "text": text, "finish_reason": None}]}  # fmt: skip
                 yield f"data: {json.dumps(chunk)}\n\n"
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(self.stall_s or 0.01)
             usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
             yield f"data: {json.dumps({'id': 'x', 'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
 
@@ -56,14 +58,15 @@ class LongChunkServer:
         self.thread.join()
 
 
-def test_a_chunk_longer_than_aiohttps_line_limit_is_read_whole():
-    async def one(base_url):
-        client = openai_client(base_url, 30)
-        try:
-            return await stream_request(client, "m", LoadRequest("r#0", "hello", 4, 3))
-        finally:
-            await client.close()
+async def one(base_url, timeout_s=30):
+    client = openai_client(base_url, timeout_s)
+    try:
+        return await stream_request(client, "m", LoadRequest("r#0", "hello", 4, 3))
+    finally:
+        await client.close()
 
+
+def test_a_chunk_longer_than_aiohttps_line_limit_is_read_whole():
     with LongChunkServer() as server:
         streamed = asyncio.run(one(server.base_url))
     assert streamed.result.success, streamed.result.error
@@ -93,3 +96,12 @@ def test_the_same_stream_breaks_a_line_limited_reader():
 
     with LongChunkServer() as server, pytest.raises(ValueError, match="limit"):
         asyncio.run(by_lines(server.base_url))
+
+
+def test_a_stalled_stream_fails_at_the_requests_time_limit_and_says_which_setting():
+    with LongChunkServer(stall_s=3.0) as server:
+        started = time.perf_counter()
+        streamed = asyncio.run(one(server.base_url, timeout_s=0.5))
+        waited = time.perf_counter() - started
+    assert not streamed.result.success and "server.request_timeout_s" in streamed.result.error
+    assert waited < 2.5  # it gave up at its limit, not when the server went on

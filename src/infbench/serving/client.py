@@ -3,9 +3,10 @@
 Timing follows vLLM's benchmark client exactly (vllm/benchmarks/lib/endpoint_request_func.py):
 TTFT is the arrival of the first streamed chunk that carries a choice (its text may be
 empty), each later such chunk adds an ITL gap, E2E latency ends at the last such chunk,
-and the output token count is the server's `usage` (requested in the stream). Chunks are
-parsed as vLLM's client parses them (json.loads of each `data:` line), on the same HTTP
-stack (aiohttp).
+and the output token count is the server's `usage` (requested in the stream). The openai
+client builds and sends each request; its stream is read raw (`http_transport`), each read
+stamped on arrival and its events parsed once the stream has ended, so that reading a chunk
+costs a timestamp and a split.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import json
 import time
 from dataclasses import dataclass
 
+import httpx2
 import openai
 
 from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
 from infbench.serving.arrivals import Arrivals, send_offsets
+from infbench.serving.http_transport import AiohttpTransport, response_chunks
 
 
 @dataclass
@@ -45,36 +48,39 @@ class StreamedResult:
 APIS = ("completions", "chat")
 
 
-def sse_data(line: str) -> dict | None:
-    """The JSON object of one server-sent-events line, None for anything else (blank lines,
-    `:` comments, `[DONE]`), parsed with json.loads as vLLM's benchmark client parses it."""
-    if not line.startswith("data:"):
-        return None
-    payload = line[5:].strip()
-    return None if payload == "[DONE]" else json.loads(payload)
-
-
-def streamed_response(client: openai.AsyncOpenAI, model: str, request: LoadRequest, api: str):
-    """The streamed request, greedy, exactly `max_tokens` long (ignore_eos), with the fields
-    vLLM's benchmark client sends for this API and no others: `prompt` and `max_tokens` to
-    /v1/completions (its openai backend), `messages` and `max_completion_tokens` to
-    /v1/chat/completions (its openai-chat backend), where the server applies the model's chat
-    template. ignore_eos alone fixes the length, as in vLLM's client; min_tokens or a seed
-    would make the engine run a per-request logits processor or generator at every step."""
-    common = {
-        "model": model,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "extra_body": {"ignore_eos": True},
-    }
+def request_body(model: str, request: LoadRequest, api: str) -> tuple[str, dict]:
+    """The path and body of a streamed request, greedy, exactly `max_tokens` long (ignore_eos),
+    with the fields vLLM's benchmark client sends for this API and no others: `prompt` and
+    `max_tokens` to /v1/completions (its openai backend), `messages` and
+    `max_completion_tokens` to /v1/chat/completions (its openai-chat backend), where the server
+    applies the model's chat template. ignore_eos alone fixes the length, as in vLLM's client;
+    min_tokens or a seed would make the engine run a per-request logits processor or
+    generator at every step."""
+    common = {"model": model, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
     if api == "chat":
-        return client.chat.completions.with_streaming_response.create(
-            messages=request.messages, max_completion_tokens=request.max_tokens, **common
-        )
-    return client.completions.with_streaming_response.create(
-        prompt=request.prompt, max_tokens=request.max_tokens, **common
-    )
+        body = {"messages": request.messages, "max_completion_tokens": request.max_tokens}
+        return "/chat/completions", {**body, **common, "ignore_eos": True}
+    return "/completions", {"prompt": request.prompt, "max_tokens": request.max_tokens, **common, "ignore_eos": True}
+
+
+def sse_events(buffer: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The server-sent events that `data` completes after the unfinished `buffer`, and what is
+    left unfinished. Events end at a blank line; CRLF line ends are read as LF."""
+    data = buffer + data if buffer else data
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n")
+    events = data.split(b"\n\n")
+    return events, events.pop()
+
+
+def event_data(event: bytes) -> dict | None:
+    """The JSON object of one server-sent event's `data:` lines, None for an event without
+    data (a `:` comment) or `[DONE]`, parsed with json.loads as vLLM's client parses it."""
+    if event.startswith(b"data: ") and b"\n" not in event:  # one line, as every server sends it
+        payload = event[6:].strip()
+    else:
+        payload = b"\n".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+    return None if not payload or payload == b"[DONE]" else json.loads(payload)
 
 
 def chunk_text(choice: dict, api: str) -> str:
@@ -82,54 +88,72 @@ def chunk_text(choice: dict, api: str) -> str:
     return (choice.get("delta", {}).get("content") if api == "chat" else choice.get("text")) or ""
 
 
-async def stream_request(
-    client: openai.AsyncOpenAI, model: str, request: LoadRequest, api: str = "completions"
-) -> StreamedResult:
-    """One streamed request. The openai client builds and sends it; its stream's lines are read
-    raw and each parsed with json.loads, because building the SDK's typed object for every
-    chunk cost 4-5 times the CPU of vLLM's client, taken from the engine where they share
-    cores. Every chunk with a choice counts, its text empty or not (the chat endpoint's first
-    chunk carries only the role), as in vLLM's client for both APIs."""
-    started = time.perf_counter()
+def streamed_result(request: LoadRequest, api: str, started: float, arrived: list[tuple[float, list[bytes]]]):
+    """The request's timing and text from its events, each read's with the time it arrived.
+    Every chunk with a choice counts, its text empty or not (the chat endpoint's first chunk
+    carries only the role), as in vLLM's client for both APIs."""
     first, latest, itl, text, output_tokens, prompt_tokens = None, started, [], [], None, request.prompt_tokens
-    try:
-        async with streamed_response(client, model, request, api) as response:
-            async for line in response.iter_lines():
-                data = sse_data(line)
-                if data is None:
-                    continue
-                if data.get("choices"):
-                    now = time.perf_counter()
-                    if first is None:
-                        first = now
-                    else:
-                        itl.append(now - latest)
-                    latest = now
-                    text.append(chunk_text(data["choices"][0], api))
-                elif data.get("usage"):
-                    output_tokens = data["usage"]["completion_tokens"]
-                    prompt_tokens = data["usage"].get("prompt_tokens") or prompt_tokens
-        if first is None:
-            raise RuntimeError("never received a chunk with a choice")
-        result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
-    except Exception as error:  # a failed request is data: counted, not fatal
-        result = RequestResult(
-            request.id, prompt_tokens, 0, 0.0, 0.0, [], success=False, error=f"{type(error).__name__}: {error}"
-        )
+    for when, events in arrived:
+        for data in filter(None, map(event_data, events)):
+            if data.get("choices"):
+                if first is None:
+                    first = when
+                else:
+                    itl.append(when - latest)
+                latest = when
+                text.append(chunk_text(data["choices"][0], api))
+            elif data.get("usage"):
+                output_tokens = data["usage"]["completion_tokens"]
+                prompt_tokens = data["usage"].get("prompt_tokens") or prompt_tokens
+    if first is None:
+        raise RuntimeError("never received a chunk with a choice")
+    result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
     return StreamedResult(result, "".join(text), started)
 
 
+async def stream_request(
+    client: openai.AsyncOpenAI, model: str, request: LoadRequest, api: str = "completions"
+) -> StreamedResult:
+    """One streamed request, sent by the openai client (`client.post`, which raises on a failed
+    status) and read raw: each read of the body is stamped as it arrives and split into its
+    events, which are parsed after the last one. The whole request is held to the client's
+    timeout. A failed request is a result, not an error."""
+    path, body = request_body(model, request, api)
+    started = time.perf_counter()
+    arrived, buffer = [], b""
+    try:
+        async with asyncio.timeout(client.timeout):
+            response = await client.post(path, cast_to=httpx2.Response, body=body, stream=True)
+            try:
+                async for data in response_chunks(response):
+                    now = time.perf_counter()
+                    events, buffer = sse_events(buffer, data)
+                    arrived.append((now, events))
+            finally:
+                await response.aclose()
+        if buffer.strip():  # a last event the server did not end with a blank line
+            arrived.append((now, [buffer]))
+        return streamed_result(request, api, started, arrived)
+    except Exception as error:  # a failed request is data: counted, not fatal
+        if isinstance(error, TimeoutError):
+            error = TimeoutError(f"no whole answer within {client.timeout} s (server.request_timeout_s)")
+        result = RequestResult(
+            request.id, request.prompt_tokens, 0, 0.0, 0.0, [], success=False, error=f"{type(error).__name__}: {error}"
+        )
+        return StreamedResult(result, "", started)
+
+
 def openai_client(base_url: str, timeout_s: float, api_key: str | None = None) -> openai.AsyncOpenAI:
-    """The openai client on its aiohttp transport: the HTTP stack vLLM's benchmark client uses
-    (the default httpx one cost about twice its CPU per chunk). Its pool allows 1,000
-    connections, more than any level keeps in flight. `api_key`: an external endpoint's key
-    (a server this pipeline starts needs none)."""
+    """The openai client on a transport of one aiohttp session (`http_transport`), the HTTP
+    stack vLLM's benchmark client uses, with no connection limit (a level's own concurrency is
+    the limit); `timeout_s` is the limit of each whole request (`stream_request`). `api_key`: an
+    external endpoint's key (a server this pipeline starts needs none)."""
     return openai.AsyncOpenAI(
         base_url=f"{base_url}/v1",
         api_key=api_key or "not-needed",
         max_retries=0,
         timeout=timeout_s,
-        http_client=openai.DefaultAioHttpClient(timeout=timeout_s),
+        http_client=openai.DefaultAioHttpClient(transport=AiohttpTransport()),
     )
 
 
