@@ -1,6 +1,7 @@
-"""Rule `serve`: start vLLM's OpenAI-compatible server (or, with server.external, reach the
-endpoint the user runs), run the study's request and the load sweep with the openai client,
-stop what it started -> server.json and load.json."""
+"""Rule `serve`: calibrate the client's ceiling on the reference server, start vLLM's
+OpenAI-compatible server (or, with server.external, reach the endpoint the user runs), run the
+study's request and the load sweep with the openai client, stop what it started ->
+server.json and load.json."""
 
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
@@ -8,6 +9,7 @@ from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client
+from infbench.serving.client_cost import calibrate, cost_of
 from infbench.serving.sweep import run_sweep, study_request
 from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template
 
@@ -24,6 +26,9 @@ def main(stage):
     notes = []
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):
         notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
+    # The client's ceiling on this machine, before any engine runs: the reference server and
+    # this client alone (a few seconds).
+    ceiling = calibrate(stage.log.calibration)
     with server:
         placement = place_client(params.threads, params.device)
         if endpoint:
@@ -49,6 +54,7 @@ def main(stage):
             timeout_s=params.server["request_timeout_s"],
             tokenizer=tokenizer,
             prefix_caching=kv["prefix_caching"] if kv else None,
+            client_cost=cost_of(ceiling),
         )
     for note in notes:
         print(f"note: {note}")
@@ -74,6 +80,7 @@ def main(stage):
             "slo_ms": params.load["slo_ms"],
             "settings": params.load,
             "client_placement": placement,
+            "client_ceiling": ceiling,
             "levels": levels,
             "notes": notes,
         },

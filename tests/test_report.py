@@ -362,6 +362,14 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "placement": "apart",
         "engine_cpus": "none",
         "client_cpus": "0",
+        "ceiling": {
+            "per_request_us": "700",
+            "per_chunk_us": "20.0",
+            "chunk_ceiling": "50000",
+            "first_byte_ms": "0.90",
+            "warn": "50 %",
+            "fail": "80 %",
+        },  # fmt: skip
         "table": pd.DataFrame(),
         "figures": [],
     }

@@ -133,7 +133,7 @@ def test_serve_artifacts(tiny_run):
             "failed_requests",
             "short_outputs",
             "usage_vs_retokenized",
-            "client_cpu",
+            "client_ceiling",
             "prefix_cache_hit_rate",
             "metrics_coverage",
             "repeats_agree",

@@ -3,7 +3,8 @@
 
 
 rule serve:
-    """vLLM's OpenAI-compatible server, started, measured under load, and stopped by this rule."""
+    """The client's ceiling calibrated on the reference server; vLLM's OpenAI-compatible server,
+    started, measured under load, and stopped by this rule."""
     output:
         server=report(
             "results/{model}/server.json",
@@ -41,6 +42,7 @@ rule serve:
     log:
         rule="logs/serve/{model}.log",
         server="logs/serve/{model}.server.log",
+        calibration="logs/serve/{model}.calibration.log",
     benchmark:
         "benchmarks/{model}/serve.tsv"
     script:

@@ -88,7 +88,7 @@ def place_client(threads: int, device: str) -> dict:
     elif shares:
         note = (
             f"this machine has no CPU besides the engine's {len(engine)}: the client shares them, so its own "
-            "CPU time is taken from the engine (see each level's client_cpu check)"
+            "CPU time is taken from the engine (see each level's client_ceiling check)"
         )
     else:
         note = "the client runs on CPUs the engine's threads are not bound to"

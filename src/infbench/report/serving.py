@@ -10,7 +10,7 @@ import seaborn as sns
 from infbench.core import study_figures
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
-from infbench.serving.level_checks import QUEUE_SHARE_WARN, SEND_LAG_WARN_S
+from infbench.serving.level_checks import CLIENT_FAIL, CLIENT_WARN, QUEUE_SHARE_WARN, SEND_LAG_WARN_S
 
 
 def level_label(level: dict) -> str:
@@ -68,6 +68,9 @@ def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
                 supported = q in support[metric]["supported"]
                 row[f"p{q} {metric} ms"] = level[f"p{q}_{metric}_ms"] if supported else None
         row["failed"] = level["failed"]
+        # The largest client_ceiling value of the level's passes: the share of one core it needed.
+        shares = [c["value"] for r in level["repeats"] for c in r["checks"] if c["name"] == "client_ceiling"]
+        row["client load %"] = max(shares) * 100
         peak_kv = level["peak_kv_cache_usage_perc"]
         row["peak KV %"] = peak_kv * 100 if peak_kv is not None else None
         rows.append(row)
@@ -201,6 +204,17 @@ def study_request_view(request: dict) -> dict:
     }
 
 
+def ceiling_view(ceiling: dict) -> dict:
+    return {
+        "per_request_us": fmt(ceiling["cpu_per_request_s"] * 1e6, 0),
+        "per_chunk_us": fmt(ceiling["cpu_per_chunk_s"] * 1e6, 1),
+        "chunk_ceiling": fmt(ceiling["chunk_ceiling"], 0),
+        "first_byte_ms": fmt(ceiling["first_byte_ms"], 2),
+        "warn": f"{CLIENT_WARN * 100:.0f} %",
+        "fail": f"{CLIENT_FAIL * 100:.0f} %",
+    }
+
+
 def view(server: dict | None, load: dict | None) -> dict | None:
     """What the section shows; None without a server and its load sweep."""
     if not server or not load:
@@ -228,6 +242,7 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "placement": placement["note"],
         "engine_cpus": ", ".join(str(cpu) for cpu in placement["engine_cpus"]) or "none",
         "client_cpus": ", ".join(str(cpu) for cpu in placement["client_cpus"]),
+        "ceiling": ceiling_view(load["client_ceiling"]),
         "table": table,
         "figures": sweep_figures(levels, table, tail),
     }

@@ -181,3 +181,38 @@ def measure_round(client, base_url: str, *, requests: int, output_tokens: int, c
 
 def reference_server(log_path: str | Path) -> ReferenceServer:
     return ReferenceServer(MODEL, log_path, SCHEDULE)
+
+
+# The serve stage's calibration: small enough to cost a few seconds.
+CALIBRATION = {"rounds": 3, "requests": 32, "output_tokens": 16, "concurrency": 16}
+
+
+def calibrate(log_path: str | Path, progress=print) -> dict:
+    """This machine's client ceiling: the client's model (a, b, first byte) fitted in
+    CALIBRATION's rounds on the reference server, each figure the median over rounds."""
+    rounds = []
+    with reference_server(log_path) as server:
+        for _ in range(CALIBRATION["rounds"]):
+            _, cost = measure_round(
+                ours, server.base_url, requests=CALIBRATION["requests"],
+                output_tokens=CALIBRATION["output_tokens"], concurrency=CALIBRATION["concurrency"],
+            )  # fmt: skip
+            rounds.append(cost)
+    median = ClientCost(
+        statistics.median(c.cpu_per_request_s for c in rounds),
+        statistics.median(c.cpu_per_chunk_s for c in rounds),
+        statistics.median(c.first_byte_ms for c in rounds),
+        CALIBRATION["requests"],
+        CALIBRATION["output_tokens"],
+        CALIBRATION["concurrency"],
+    )
+    progress(
+        f"client ceiling: {median.cpu_per_request_s * 1e6:.0f} us a request, {median.cpu_per_chunk_s * 1e6:.1f} us "
+        f"a chunk ({median.chunk_ceiling:.0f} chunks/s on one core), first byte {median.first_byte_ms:.2f} ms"
+    )
+    return {**median.to_json(), "rounds": [c.to_json() for c in rounds]}
+
+
+def cost_of(calibration: dict) -> ClientCost:
+    """The model back from its record."""
+    return ClientCost(**{name: calibration[name] for name in ClientCost.__dataclass_fields__})

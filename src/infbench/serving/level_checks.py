@@ -7,8 +7,12 @@ import statistics
 from infbench.core.checks import check, not_available
 from infbench.core.metrics import MS
 from infbench.serving.client import LevelRun
+from infbench.serving.client_cost import ClientCost
 
-CLIENT_CPU_WARN = 0.8  # share of one core the client may use before its timing is suspect
+# Shares of one core the client may need before its own delays are in a level's numbers: from
+# CLIENT_WARN the level warns, from CLIENT_FAIL it describes the client more than the server.
+CLIENT_WARN = 0.5
+CLIENT_FAIL = 0.8
 SEND_LAG_WARN_S = 0.05  # the latest a request may leave after its scheduled time
 QUEUE_SHARE_WARN = 0.1  # median client queue time against the median E2E latency
 
@@ -51,7 +55,45 @@ def open_loop_timing(run: LevelRun) -> dict | None:
     }
 
 
-def validity_checks(run: LevelRun, requests, tokenizer, prefix_caching: bool) -> list[dict]:
+def client_rates(run: LevelRun) -> dict:
+    """What the level asked of the client: requests sent and chunks with a choice received, each
+    a second of the level's duration."""
+    chunks = sum(len(s.result.itl) + 1 for s in run.results if s.result.success)
+    return {"client_request_rate": len(run.results) / run.duration_s, "client_chunk_rate": chunks / run.duration_s}
+
+
+def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
+    """Did the client keep up? The share of one core the level needed by the calibrated model
+    (client_cost: a r + b k for r requests and k chunks a second) and the share it measured
+    (its CPU seconds over the level's duration); the larger decides."""
+    rates = client_rates(run)
+    measured = run.client_cpu_s / run.duration_s
+    detail = (
+        f"chunks at {rates['client_chunk_rate']:.0f}/s, requests at {rates['client_request_rate']:.1f}/s; the client "
+        f"measured {measured:.0%} of a core"
+    )
+    share = measured
+    if client_cost is not None:
+        needed = client_cost.load_share(rates["client_request_rate"], rates["client_chunk_rate"])
+        share = max(share, needed)
+        detail += (
+            f", and these rates need {needed:.0%} of the calibrated ceiling of one client process "
+            f"({client_cost.cpu_per_request_s * 1e6:.0f} us a request + {client_cost.cpu_per_chunk_s * 1e6:.1f} us a "
+            f"chunk: at most {client_cost.chunk_ceiling:.0f} chunks/s)"
+        )
+    else:
+        detail += " (no calibration in this stage)"
+    status = "fail" if share >= CLIENT_FAIL else "warn" if share >= CLIENT_WARN else "pass"
+    detail += (
+        f"; from {CLIENT_WARN:.0%} warn, from {CLIENT_FAIL:.0%} fail: the level's numbers then describe the client, "
+        "not the server (lower the load on one client process)"
+    )
+    return check("client_ceiling", status, share, detail)
+
+
+def validity_checks(
+    run: LevelRun, requests, tokenizer, prefix_caching: bool, client_cost: ClientCost | None = None
+) -> list[dict]:
     results = [s.result for s in run.results]
     failed = sum(not r.success for r in results)
     checks = [
@@ -82,15 +124,7 @@ def validity_checks(run: LevelRun, requests, tokenizer, prefix_caching: bool) ->
                 "what the metrics use (text re-tokenizes differently at merges)",
             )
         )
-    cpu_share = run.client_cpu_s / run.duration_s
-    checks.append(
-        check(
-            "client_cpu",
-            "warn" if cpu_share > CLIENT_CPU_WARN else "pass",
-            cpu_share,
-            f"the client used {cpu_share:.0%} of a core; above {CLIENT_CPU_WARN:.0%} its own delays inflate latencies",
-        )
-    )
+    checks.append(client_ceiling_check(run, client_cost))
     rates = open_loop_rates(run)
     if rates is not None:
         achieved, sent = rates["achieved"], rates["sent"]

@@ -17,7 +17,8 @@ from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level
-from infbench.serving.level_checks import open_loop_rates, open_loop_timing, validity_checks
+from infbench.serving.client_cost import ClientCost
+from infbench.serving.level_checks import client_rates, open_loop_rates, open_loop_timing, validity_checks
 from infbench.workload.requests import has_chat_template
 
 
@@ -115,9 +116,16 @@ def warmup_requests(requests: list[LoadRequest], level: Level) -> list[LoadReque
 
 
 def repeat_summary(
-    run: LevelRun, requests: list[LoadRequest], *, slo_ms: dict, tokenizer, prefix_caching: bool
+    run: LevelRun,
+    requests: list[LoadRequest],
+    *,
+    slo_ms: dict,
+    tokenizer,
+    prefix_caching: bool,
+    client_cost: ClientCost | None = None,
 ) -> dict:
-    """One pass of a level: vLLM's result fields, its rates, server state and validity checks."""
+    """One pass of a level: vLLM's result fields, its rates, what it asked of the client, server
+    state and validity checks (the client's against `client_cost`, its calibrated ceiling)."""
     results = [s.result for s in run.results]
     summary = aggregate(results, run.duration_s)
     series = run.metrics
@@ -131,11 +139,12 @@ def repeat_summary(
             "achieved_request_rate": rates.get("achieved"),
             "request_goodput": goodput(results, run.duration_s, slo_ms) if slo_ms else None,
             "client_cpu_s": run.client_cpu_s,
+            **client_rates(run),
             "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
             "peak_num_requests_running": series.peak("vllm:num_requests_running"),
             "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
-            "checks": validity_checks(run, requests, tokenizer, prefix_caching),
+            "checks": validity_checks(run, requests, tokenizer, prefix_caching, client_cost),
             "metrics_series": run.metrics.samples,
             "requests": records,
             **queue_figures(records),
@@ -230,11 +239,15 @@ def summarize_level(
     slo_ms: dict,
     tokenizer,
     prefix_caching: bool,
+    client_cost: ClientCost | None = None,
 ) -> dict:
     """A level over its repeats: vLLM's result fields over the pooled requests (durations
     summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept."""
     repeats = [
-        repeat_summary(run, requests, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching) for run in runs
+        repeat_summary(
+            run, requests, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching, client_cost=client_cost
+        )
+        for run in runs
     ]
     results = [s.result for run in runs for s in run.results]
     duration = sum(run.duration_s for run in runs)
@@ -268,6 +281,8 @@ def summarize_level(
             "achieved_request_rate": mean_of("achieved_request_rate"),
             "request_goodput": goodput(results, duration, slo_ms) if slo_ms else None,
             "client_cpu_s": sum(run.client_cpu_s for run in runs),
+            "client_request_rate": max_of("client_request_rate"),
+            "client_chunk_rate": max_of("client_chunk_rate"),
             "peak_kv_cache_usage_perc": max_of("peak_kv_cache_usage_perc"),
             "peak_num_requests_running": max_of("peak_num_requests_running"),
             "peak_num_requests_waiting": max_of("peak_num_requests_waiting"),
@@ -291,13 +306,15 @@ def run_sweep(
     timeout_s: float,
     tokenizer,
     prefix_caching: bool,
+    client_cost: ClientCost | None = None,
     progress=print,
 ) -> list[dict]:
     """Every configured level against a running server (this pipeline's or an external one),
     `load.repeats` passes over the levels in turn (so slow drift spreads over all levels
     instead of biasing one), each level pass after its warm-up; repeat k draws its open-loop
     schedule with seed + k. Stops at the first level the server does not survive (its failed
-    requests are in the error)."""
+    requests are in the error). Each level's client check is against `client_cost`, the
+    client's calibrated ceiling on this machine."""
     requests = cycle_requests(workload, load["requests_per_level"])
     levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer))
     runs = [[] for _ in levels]
@@ -351,6 +368,7 @@ def run_sweep(
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,
+            client_cost=client_cost,
         )
         for level, level_runs in zip(levels, runs)
     ]
