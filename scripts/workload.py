@@ -17,10 +17,10 @@ def main(stage):
         max_model_len=params.max_model_len,
         study_max_tokens=params.study_max_tokens,
         seed=params.seed,
-        dataset_path=stage.input.get("dataset"),
+        source_path=stage.input.get("source_file"),
     )
     summary = workload_summary(tokenizer, params.workload, requests, source)
-    inputs = {"workload.dataset": source["sha256"]} if "sha256" in source else None
+    inputs = {f"workload.{source['kind']}": source["sha256"]} if "sha256" in source else None
     write_jsonl(stage.output.requests, [request.to_json() for request in requests], schema_name="workload_request")
     stage.write(stage.output.summary, summary, schema="workload_summary", inputs=inputs)
     print(f"wrote {len(requests)} requests to {stage.output.requests} ({source['kind']}, api {summary['api']})")

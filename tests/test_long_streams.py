@@ -58,10 +58,13 @@ class LongChunkServer:
         self.thread.join()
 
 
-async def one(base_url, timeout_s=30):
+HELLO = LoadRequest("r#0", "hello", 4, 3)
+
+
+async def one(base_url, timeout_s=30, request=HELLO):
     client = openai_client(base_url, timeout_s)
     try:
-        return await stream_request(client, "m", LoadRequest("r#0", "hello", 4, 3))
+        return await stream_request(client, "m", request)
     finally:
         await client.close()
 
@@ -105,3 +108,23 @@ def test_a_stalled_stream_fails_at_the_requests_time_limit_and_says_which_settin
         waited = time.perf_counter() - started
     assert not streamed.result.success and "server.request_timeout_s" in streamed.result.error
     assert waited < 2.5  # it gave up at its limit, not when the server went on
+
+
+def test_a_full_context_prompt_and_a_long_output_keep_their_timings(tmp_path):
+    """A prompt of a 32k-context model's whole window (32,000 words, about 190 KB in the body)
+    and 1,000 output tokens 2 ms apart, on the reference server: every token
+    is timed (one gap a chunk after the first), and the median gap is the schedule's, so a
+    long stream costs the client no timing."""
+    import statistics
+
+    from infbench.serving.reference_server import ReferenceServer, Schedule
+
+    prompt = " ".join(["token"] * 32_000)
+    request = LoadRequest("r#0", prompt, 32_000, 2_000)
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=50, itl_ms=2)) as server:
+        streamed = asyncio.run(stream_request(openai_client(server.base_url, 60), "m", request))
+    result = streamed.result
+    assert result.success, result.error
+    assert (result.prompt_tokens, result.output_tokens, len(result.itl)) == (32_000, 2_000, 1_999)
+    assert 0.05 <= result.ttft < 0.5
+    assert 0.002 <= statistics.median(result.itl) < 0.004

@@ -118,7 +118,13 @@ def test_each_rule_declares_its_projects_own_code_its_script_imports(tmp_path):
     # Independent of the derivation: what a few rules' numbers are known to depend on.
     assert {"engines/servers.py", "serving/client.py", "serving/sweep.py", "core/metrics.py"} <= declared["serve"]
     # With prefix caching on, shared blocks follow from prompts tokenized as the workload does.
-    kv_code = {"kv/simulator.py", "kv/validation.py", "workload/requests.py", "workload/sources.py"}
+    kv_code = {
+        "kv/simulator.py",
+        "kv/validation.py",
+        "workload/requests.py",
+        "workload/sources.py",
+        "workload/traces.py",
+    }
     assert kv_code == declared["kv_validation"]
     assert "capacity/search.py" in declared["slo_capacity"] and "capacity/search.py" in declared["tuning"]
     assert "engines/external_endpoint.py" not in declared["paging_live"] | declared["client_fidelity"]

@@ -168,9 +168,9 @@ def test_a_seeded_sample_that_fits_the_engine_with_what_was_dropped(tmp_path, to
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     workload = dataset_workload(path, num_requests=20)
-    requests, source = build_workload(tokenizer, workload, 128, 16, seed=0, dataset_path=path)
-    again, _ = build_workload(tokenizer, workload, 128, 16, seed=0, dataset_path=path)
-    other, _ = build_workload(tokenizer, workload, 128, 16, seed=1, dataset_path=path)
+    requests, source = build_workload(tokenizer, workload, 128, 16, seed=0, source_path=path)
+    again, _ = build_workload(tokenizer, workload, 128, 16, seed=0, source_path=path)
+    other, _ = build_workload(tokenizer, workload, 128, 16, seed=1, source_path=path)
     assert [r.to_json() for r in requests] == [r.to_json() for r in again]
     assert [r.id for r in requests] != [r.id for r in other]
     assert len(requests) == source["kept"] == 20
@@ -181,7 +181,7 @@ def test_a_seeded_sample_that_fits_the_engine_with_what_was_dropped(tmp_path, to
     for request in requests:
         assert request.prompt == rows[int(request.id.split("-")[1]) - 1]["prompt"] and request.max_tokens == 16
     with pytest.raises(WorkloadError, match="no row fits engine.max_model_len = 20 .*raise engine.max_model_len"):
-        build_workload(tokenizer, workload, 20, 16, seed=0, dataset_path=path)
+        build_workload(tokenizer, workload, 20, 16, seed=0, source_path=path)
 
 
 def test_sharegpt_output_lengths_are_the_replies_token_counts(tmp_path, tokenizer):

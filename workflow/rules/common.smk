@@ -63,13 +63,14 @@ def category(stage):
     return stages.section_of(stage).category
 
 
-def workload_dataset():
-    """The user's dataset file or folder (workload.source: dataset) as the workload's input, so
-    that a changed file reruns the workload and what depends on it; relative paths are read
-    from the workflow's folder, as a local model's are."""
-    if config["workload"]["source"] != "dataset":
+def workload_source_file():
+    """The user's dataset file or folder (workload.source: dataset) or trace (trace) as the
+    workload's input, so that a changed file reruns the workload and what depends on it;
+    relative paths are read from the workflow's folder, as a local model's are."""
+    source = config["workload"]["source"]
+    if source not in ("dataset", "trace"):
         return []
-    path = resolve_path(config["workload"]["dataset"]["path"], Path(workflow.basedir))
+    path = resolve_path(config["workload"][source]["path"], Path(workflow.basedir))
     return os.path.relpath(path, Path.cwd())
 
 

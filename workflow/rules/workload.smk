@@ -5,7 +5,7 @@ rule workload:
         summary="results/{model}/workload_summary.json",
     input:
         model=rules.model.output[0],
-        dataset=workload_dataset(),
+        source_file=workload_source_file(),
         code=script_code("workload"),
     params:
         workload=config["workload"],

@@ -25,8 +25,8 @@ from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
-from infbench.serving.arrivals import Arrivals
-from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level
+from infbench.serving.arrivals import Arrivals, TraceArrivals
+from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
 from infbench.serving.level_checks import open_loop_rates
 from infbench.serving.sweep import Level, warmup_requests
 
@@ -174,11 +174,24 @@ class CapacityProbes:
         self.seed, self.timeout_s, self.progress = seed, timeout_s, progress
         self.api = workload[0]["api"]
         self.sustained_concurrency = 0  # the concurrency capacity, once searched
+        # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
+        arrivals = tuple(r["arrival_s"] for r in workload if r["kind"] == "trace")
+        self.trace = TraceArrivals(arrivals) if len(arrivals) >= 2 else None
+
+    def arrivals_for(self, rate: float) -> Arrivals | TraceArrivals:
+        """An open-loop probe's schedule at `rate` req/s: vLLM's gamma gaps, or the trace's own
+        arrivals sped up by rate / the trace's rate."""
+        if self.trace is not None:
+            return TraceArrivals(self.trace.arrival_s, rate / self.trace.rate)
+        return Arrivals(rate, self.load["burstiness"])
 
     def requests_for(self, mode: str, load: float) -> list[LoadRequest]:
         """A closed loop needs twice its concurrency of requests to spend most of the pass at it;
         an open loop, twice the concurrency the server sustains within the SLO (set once that
-        search is done), or a high rate would send the whole pass as one burst."""
+        search is done), or a high rate would send the whole pass as one burst. A trace's
+        open-loop probe replays its requests, once each."""
+        if mode != "concurrency" and self.trace is not None:
+            return trace_requests(self.workload)
         count = self.settings["requests_per_probe"]
         if mode == "concurrency":
             count = max(count, 2 * int(load))
@@ -214,7 +227,7 @@ class CapacityProbes:
     def probe(self, mode: str, load: float) -> Probe:
         closed = mode == "concurrency"
         concurrency = int(load) if closed else None
-        arrivals = None if closed else Arrivals(load, self.load["burstiness"])
+        arrivals = None if closed else self.arrivals_for(load)
         requests = self.requests_for(mode, load)
         warm = warmup_requests(requests, Level(concurrency, arrivals, self.api))
         self.run(warm, len(warm), None, self.seed)  # untimed, outputs cut short
@@ -230,6 +243,7 @@ class CapacityProbes:
                 break
         record = probe_record(passes, pooled, repeats, target)
         record["mode"] = mode
+        record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
         met = record["attainment"] >= target and not record["saturated"]
         shown = f"c={int(load)}" if closed else f"{load:.2f} req/s"
         self.progress(
@@ -314,6 +328,8 @@ def search_capacity(
             max_probes=settings["max_probes"],
         )
         record["request_rate"] = outcome("request_rate", rate)
+        # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
+        record["request_rate"]["trace_rate"] = probes.trace.rate if probes.trace is not None else None
     return record
 
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import math
 
 
-def level_case(request_rate, max_concurrency, burstiness=None, ramp_end_rate=None, api="completions") -> str:
+def level_case(
+    request_rate, max_concurrency, burstiness=None, ramp_end_rate=None, api="completions", trace_scale=None
+) -> str:
     """A serving level's name, the same for this pipeline's levels and vLLM's result files:
-    c=4 (closed loop), rate=2/s, rate=2/s c<=4 (capped), ramp 2-16/s; burstiness when not 1;
-    `chat ` before levels sent through the chat API."""
+    c=4 (closed loop), rate=2/s, rate=2/s c<=4 (capped), ramp 2-16/s, trace x2 (a trace
+    replayed twice as fast); burstiness when not 1; `chat ` before levels sent through the
+    chat API."""
     rate = math.inf if request_rate in (None, "inf") else float(request_rate)
     prefix = "chat " if api == "chat" else ""
-    if ramp_end_rate is not None:
+    if trace_scale is not None:
+        name = f"{prefix}trace x{float(trace_scale):g}"
+    elif ramp_end_rate is not None:
         name = f"{prefix}ramp {rate:g}-{float(ramp_end_rate):g}/s"
     elif math.isinf(rate):
         return f"{prefix}c={max_concurrency}"
@@ -22,3 +27,16 @@ def level_case(request_rate, max_concurrency, burstiness=None, ramp_end_rate=Non
     if burstiness is not None and float(burstiness) != 1.0:
         name += f" burstiness {float(burstiness):g}"
     return name
+
+
+def level_name(level: dict) -> str:
+    """level_case of one of this pipeline's level records (runs made before chat levels or
+    trace levels existed lack those fields)."""
+    return level_case(
+        level["request_rate"],
+        level["max_concurrency"],
+        level["burstiness"],
+        level["ramp_end_rate"],
+        level.get("api", "completions"),
+        level.get("trace_scale"),
+    )

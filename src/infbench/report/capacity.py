@@ -183,6 +183,9 @@ def view(capacity: dict | None) -> dict | None:
         if cost["per_million_output_tokens"] is not None
         else None,
         "rate_searched": "request_rate" in capacity,
+        "trace_rate": fmt(capacity["request_rate"].get("trace_rate"), 2)
+        if capacity.get("request_rate", {}).get("trace_rate")
+        else None,
         "summary": pd.DataFrame(search_rows(capacity)),
         "figures": [figure_] if figure_ else [],
         "probes": probe_table(capacity),

@@ -17,8 +17,10 @@ def level_label(level: dict) -> str:
     prefix = "chat " if level.get("api") == "chat" else ""
     if level["mode"] == "concurrency":
         return f"{prefix}c={level['max_concurrency']}"
-    rate = f"{level['request_rate']}" + (f"→{level['ramp_end_rate']}" if level.get("ramp_end_rate") else "")
     cap = f", ≤{level['max_concurrency']}" if level["max_concurrency"] else ""
+    if level["mode"] == "trace":
+        return f"{prefix}trace ×{level['trace_scale']:g} ({level['request_rate']:.2f} req/s){cap}"
+    rate = f"{level['request_rate']}" + (f"→{level['ramp_end_rate']}" if level.get("ramp_end_rate") else "")
     return f"{prefix}{rate} req/s{cap}"
 
 

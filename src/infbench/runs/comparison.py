@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from infbench.core.errors import UserError
-from infbench.core.level_names import level_case
+from infbench.core.level_names import level_case, level_name
 from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
 from infbench.runs.results import RunResults
 
@@ -91,13 +91,7 @@ def offline_figures(model: str, stage: str, artifact: dict) -> list[Figure]:
 def serving_figures(model: str, load: dict) -> list[Figure]:
     figures = []
     for level in load["levels"]:
-        case = level_case(
-            level["request_rate"],
-            level["max_concurrency"],
-            level["burstiness"],
-            level["ramp_end_rate"],
-            level.get("api", "completions"),  # runs made before chat levels existed
-        )
+        case = level_name(level)
         for metric, unit_better in SERVING_METRICS.items():
             samples = [repeat.get(metric) for repeat in level["repeats"]]
             figures.append(make_figure(model, "serve", case, metric, unit_better, samples, SAMPLES_SERVING))

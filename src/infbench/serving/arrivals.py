@@ -7,6 +7,8 @@ schedules them (vllm/benchmarks/serve.py, get_request):
     fixed rate:  send_i *= (N / rate) / send_N, so the last request leaves at exactly N / rate
                  and the offered rate is the configured one whatever the seed
     linear ramp: rate_i = start + (end - start) * i / (N - 1), not rescaled
+
+or as a trace's requests arrived (TraceArrivals): send_i = arrival_i / scale.
 """
 
 from __future__ import annotations
@@ -26,6 +28,30 @@ class Arrivals:
         if self.ramp_to is None:
             return self.rate
         return self.rate + (self.ramp_to - self.rate) * index / max(count - 1, 1)
+
+    def offsets(self, count: int, seed: int) -> list[float]:
+        return send_offsets(count, self, seed)
+
+
+@dataclass(frozen=True)
+class TraceArrivals:
+    """A trace's requests sent when they arrived in the trace (seconds from its first), the
+    clock sped up by `scale`; `rate` is the trace's own rate times the scale."""
+
+    arrival_s: tuple[float, ...]
+    scale: float = 1.0
+    burstiness = None
+    ramp_to = None
+
+    @property
+    def rate(self) -> float:
+        span = self.arrival_s[-1] - self.arrival_s[0]
+        return (len(self.arrival_s) - 1) / span * self.scale if span > 0 else float("inf")
+
+    def offsets(self, count: int, seed: int) -> list[float]:
+        if count != len(self.arrival_s):
+            raise ValueError(f"a trace of {len(self.arrival_s)} arrivals replays as many requests, not {count}")
+        return [arrival / self.scale for arrival in self.arrival_s]
 
 
 def send_offsets(count: int, arrivals: Arrivals, seed: int) -> list[float]:

@@ -22,7 +22,7 @@ import openai
 
 from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
-from infbench.serving.arrivals import Arrivals, send_offsets
+from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.http_transport import AiohttpTransport, response_chunks
 
 
@@ -173,7 +173,7 @@ async def run_level(
     requests: list[LoadRequest],
     *,
     concurrency: int | None,
-    arrivals: Arrivals | None,
+    arrivals: Arrivals | TraceArrivals | None,
     seed: int,
     interval_s: float,
     timeout_s: float,
@@ -186,7 +186,7 @@ async def run_level(
     vLLM's --max-concurrency), through `api`. Without `scrape_metrics` (an endpoint with no
     /metrics) the level's server series is empty."""
     client = openai_client(base_url, timeout_s, api_key)
-    scheduled = [] if arrivals is None else send_offsets(len(requests), arrivals, seed)
+    scheduled = [] if arrivals is None else arrivals.offsets(len(requests), seed)
     gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
     try:
         # Entering and leaving the scraper scrape synchronously: nothing is timed then.
@@ -216,4 +216,13 @@ def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:
     return [
         LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"], r.get("messages"))
         for i, r in enumerate(picked)
+    ]
+
+
+def trace_requests(workload: list[dict]) -> list[LoadRequest]:
+    """The workload's trace requests, once each, in the trace's order."""
+    return [
+        LoadRequest(f"{r['id']}#0", r["prompt"], r["prompt_tokens"], r["max_tokens"], r.get("messages"))
+        for r in workload
+        if r["kind"] == "trace"
     ]

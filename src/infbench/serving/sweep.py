@@ -15,8 +15,8 @@ from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, good
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.vllm_server import ServerError, VLLMServer
-from infbench.serving.arrivals import Arrivals
-from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level
+from infbench.serving.arrivals import Arrivals, TraceArrivals
+from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.level_checks import client_rates, open_loop_rates, open_loop_timing, validity_checks
 from infbench.workload.requests import has_chat_template
@@ -58,13 +58,15 @@ class Level:
     (requests sent on `arrivals`, at most `concurrency` in flight where it is given)."""
 
     concurrency: int | None
-    arrivals: Arrivals | None = None
+    arrivals: Arrivals | TraceArrivals | None = None
     api: str = "completions"  # or "chat": /v1/chat/completions, through the model's chat template
 
     @property
     def mode(self) -> str:
         if self.arrivals is None:
             return "concurrency"
+        if isinstance(self.arrivals, TraceArrivals):
+            return "trace"
         return "request_rate" if self.arrivals.ramp_to is None else "ramp"
 
     @property
@@ -72,14 +74,20 @@ class Level:
         prefix = "chat, " if self.api == "chat" else ""
         if self.arrivals is None:
             return f"{prefix}concurrency {self.concurrency}"
+        if isinstance(self.arrivals, TraceArrivals):
+            cap = f", at most {self.concurrency} in flight" if self.concurrency else ""
+            return f"{prefix}trace x{self.arrivals.scale:g} ({self.arrivals.rate:.2f} req/s){cap}"
         rate = f"{self.arrivals.rate}" + (f"->{self.arrivals.ramp_to}" if self.arrivals.ramp_to is not None else "")
         return f"{prefix}rate {rate} req/s" + (f", at most {self.concurrency} in flight" if self.concurrency else "")
 
 
-def configured_levels(load: dict, api: str = "completions", chat_available: bool = True) -> list[Level]:
+def configured_levels(
+    load: dict, api: str = "completions", chat_available: bool = True, trace: tuple[float, ...] = ()
+) -> list[Level]:
     """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them,
-    all through the workload's API; then, for a completions workload of a model with a chat
-    template, the closed-loop chat levels (load.chat_concurrency)."""
+    all through the workload's API; with a trace's arrival times (two or more), one replay a scale
+    (load.trace_scales); then, for a completions workload of a model with a chat template, the
+    closed-loop chat levels (load.chat_concurrency)."""
     levels = [Level(concurrency, api=api) for concurrency in load["concurrency"]]
     levels += [
         Level(load["max_concurrency"], Arrivals(rate, load["burstiness"]), api) for rate in load["request_rates"]
@@ -87,6 +95,8 @@ def configured_levels(load: dict, api: str = "completions", chat_available: bool
     if load["ramp"]:
         ramp = Arrivals(load["ramp"]["start_rate"], load["burstiness"], load["ramp"]["end_rate"])
         levels.append(Level(load["max_concurrency"], ramp, api))
+    if len(trace) >= 2:  # one arrival has no timing to replay
+        levels += [Level(load["max_concurrency"], TraceArrivals(trace, scale), api) for scale in load["trace_scales"]]
     if api == "completions" and chat_available:
         levels += [Level(concurrency, api="chat") for concurrency in load["chat_concurrency"]]
     return levels
@@ -276,6 +286,7 @@ def summarize_level(
             "request_rate": arrivals.rate if arrivals is not None else "inf",
             "ramp_end_rate": arrivals.ramp_to if arrivals is not None else None,
             "burstiness": arrivals.burstiness if arrivals is not None else None,
+            "trace_scale": arrivals.scale if isinstance(arrivals, TraceArrivals) else None,
             "offered_request_rate": mean_of("offered_request_rate"),
             "sent_request_rate": mean_of("sent_request_rate"),
             "achieved_request_rate": mean_of("achieved_request_rate"),
@@ -315,9 +326,14 @@ def run_sweep(
     schedule with seed + k. Stops at the first level the server does not survive (its failed
     requests are in the error). Each level's client check is against `client_cost`, the
     client's calibrated ceiling on this machine."""
-    requests = cycle_requests(workload, load["requests_per_level"])
-    levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer))
+    cycled = cycle_requests(workload, load["requests_per_level"])
+    traced = trace_requests(workload)
+    trace = tuple(r["arrival_s"] for r in workload if r["kind"] == "trace")
+    levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer), trace)
     runs = [[] for _ in levels]
+
+    def requests_of(level: Level) -> list[LoadRequest]:
+        return traced if level.mode == "trace" else cycled
 
     def level_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed) -> LevelRun:
         run = asyncio.run(
@@ -346,6 +362,7 @@ def run_sweep(
 
     for repeat in range(load["repeats"]):
         for index, level in enumerate(levels):
+            requests = requests_of(level)
             if load["warmup"]:
                 warm = warmup_requests(requests, level)
                 level_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
@@ -363,7 +380,7 @@ def run_sweep(
     return [
         summarize_level(
             level_runs,
-            requests,
+            requests_of(level),
             level=level,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,

@@ -19,7 +19,7 @@ little low where prompts are long; activations and the KV written are left out t
 
 from __future__ import annotations
 
-from infbench.core.level_names import level_case
+from infbench.core.level_names import level_name
 from infbench.model.folder import DTYPE_BYTES
 
 FORMULA = (
@@ -128,12 +128,6 @@ def serving_rows(load: dict, weight_bytes: int, kv_per_token: int, bandwidth: fl
             running=mean_running(level),
         )
         if figures:
-            case = level_case(
-                level["request_rate"],
-                level["max_concurrency"],
-                level["burstiness"],
-                level["ramp_end_rate"],
-                level.get("api", "completions"),
-            )
+            case = level_name(level)
             rows.append({"stage": "serve", "case": case, **figures})
     return rows

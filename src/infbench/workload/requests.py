@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infbench.workload.sources import WorkloadError, checksum, read_rows
+from infbench.workload.traces import MOONCAKE_BLOCK_TOKENS, read_trace
 
 # The study's prompts (REFERENCE section 1).
 STUDY_SINGLE_PROMPT = "Explain what a large language model is in simple terms."
@@ -62,12 +63,13 @@ SHAREGPT_MIN_TOKENS = 4
 @dataclass
 class Request:
     id: str
-    kind: str  # "study_single", "study_api", "synthetic" or "dataset"
+    kind: str  # "study_single", "study_api", "synthetic", "dataset" or "trace"
     prompt: str  # what the offline engines and /v1/completions get (api chat: the templated text)
     prompt_tokens: int
     max_tokens: int
     api: str = "completions"  # "chat": `prompt` is `messages` through the chat template
     messages: list[dict] = field(default_factory=list)  # the user turn, as /v1/chat/completions sends it
+    arrival_s: float | None = None  # a trace's request: when it arrived, from the trace's first
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -228,21 +230,88 @@ def dataset_requests(
     return requests, source
 
 
+def trace_text(tokenizer, passage_ids: list[int], row, rng: random.Random) -> str:
+    """A trace row's prompt: its own text, or text of its length cut from the passage. Mooncake's
+    hash_ids give one 512-token block each, cut where the id (not the row) says, so rows with
+    the same ids share the same prompt prefix, as the trace's requests did."""
+    if row.prompt is not None:
+        return row.prompt
+    if not row.blocks:
+        return passage_text(tokenizer, passage_ids, rng.randrange(len(passage_ids)), row.input_tokens)
+    pieces = []
+    for index, block in enumerate(row.blocks):
+        length = min(MOONCAKE_BLOCK_TOKENS, row.input_tokens - index * MOONCAKE_BLOCK_TOKENS)
+        if length < 1:
+            break
+        start = random.Random(block).randrange(len(passage_ids))
+        pieces.append(passage_text(tokenizer, passage_ids, start, length))
+    return " ".join(pieces)
+
+
+def trace_requests(
+    prompts: Prompts, trace: dict, path: Path, max_model_len: int, rng: random.Random
+) -> tuple[list[Request], dict]:
+    """The trace's first `num_requests` usable rows that fit max_model_len, in the trace's
+    order and with its arrival times (a row that does not fit leaves a gap, the others keep
+    their times), and what was read and dropped: the span and rate of what was kept."""
+    fmt, rows_in_source, rows = read_trace(path, trace["format"])
+    passage_ids = prompts.tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
+    requests, too_long = [], 0
+    for row in rows:
+        if len(requests) == trace["num_requests"]:
+            break
+        if (row.input_tokens or 0) + row.output_tokens > max_model_len:
+            too_long += 1
+            continue
+        request = prompts.request(
+            f"trace-{row.row:06d}", "trace", trace_text(prompts.tokenizer, passage_ids, row, rng), row.output_tokens
+        )
+        if request.prompt_tokens + request.max_tokens > max_model_len:
+            too_long += 1
+            continue
+        request.arrival_s = row.arrival_s
+        requests.append(request)
+    if not requests:
+        raise WorkloadError(
+            f"{path}: no row fits engine.max_model_len = {max_model_len} ({too_long} too long); raise "
+            "engine.max_model_len or give a trace of shorter requests"
+        )
+    span = requests[-1].arrival_s - requests[0].arrival_s
+    source = {
+        "kind": "trace",
+        "path": str(trace["path"]),
+        "format": fmt,
+        "sha256": checksum(path),
+        "rows_in_source": rows_in_source,
+        "rows_unusable": rows_in_source - len(rows),
+        "dropped": {"too_long": too_long},
+        "kept": len(requests),
+        "requested": trace["num_requests"],
+        "span_s": span,
+        # (n - 1) / span: the rate of arrivals between the first kept request and the last
+        "rate": (len(requests) - 1) / span if span > 0 else None,
+    }
+    return requests, source
+
+
 def build_workload(
     tokenizer,
     workload: dict,
     max_model_len: int,
     study_max_tokens: int,
     seed: int,
-    dataset_path: Path | None = None,
+    source_path: Path | None = None,
 ) -> tuple[list[Request], dict]:
     """The requests, and a description of where they came from (for workload_summary.json).
-    `dataset_path`: where workload.dataset.path resolved (source: dataset)."""
+    `source_path`: where workload.dataset.path or workload.trace.path resolved."""
     rng = random.Random(seed)
     prompts = Prompts(tokenizer, workload.get("api", "completions"))
     requests = study_requests(prompts, study_max_tokens) if workload["study_prompts"] else []
-    if workload.get("source", "synthetic") == "dataset":
-        sampled, source = dataset_requests(prompts, workload["dataset"], Path(dataset_path), max_model_len, rng)
+    kind = workload.get("source", "synthetic")
+    if kind == "dataset":
+        sampled, source = dataset_requests(prompts, workload["dataset"], Path(source_path), max_model_len, rng)
+    elif kind == "trace":
+        sampled, source = trace_requests(prompts, workload["trace"], Path(source_path), max_model_len, rng)
     else:
         sampled = synthetic_requests(prompts, workload["synthetic"], max_model_len, rng)
         source = {"kind": "synthetic", "preset": workload["synthetic"]["preset"], "kept": len(sampled)}

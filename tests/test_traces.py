@@ -1,0 +1,191 @@
+"""Trace replay: Mooncake, BurstGPT and timestamp_s traces read with their arrival times, bad
+rows refused with one line naming the file, the row and the field, and a level replaying a
+trace sends each request at its arrival time over the scale, on the reference server (whose
+timing is known), through the pipeline too (the reference server as the endpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from conftest import copy_checkout, snakemake, tiny_config, write_config
+
+from infbench.core.artifacts import read_json, validate
+from infbench.serving.arrivals import TraceArrivals
+from infbench.serving.client import LoadRequest, run_level
+from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.sweep import configured_levels
+from infbench.workload.sources import WorkloadError
+from infbench.workload.traces import read_trace
+
+# A Mooncake trace: milliseconds; rows 1 and 3 share their first block, row 2 shares none.
+MOONCAKE = [
+    {"timestamp": 1000, "input_length": 40, "output_length": 4, "hash_ids": [7, 8]},
+    {"timestamp": 1250, "input_length": 30, "output_length": 3, "hash_ids": [9]},
+    {"timestamp": 1250, "input_length": 20, "output_length": 5, "hash_ids": [7]},
+    {"timestamp": 2000, "input_length": 5000, "output_length": 5, "hash_ids": [1, 2]},  # too long for the tiny model
+    {"timestamp": 3000, "input_length": 10, "output_length": 2, "hash_ids": [3]},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def write_burstgpt(path: Path, rows: list[tuple]) -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"])
+        writer.writerows(rows)
+    return path
+
+
+def test_three_formats_read_with_arrivals_from_the_first_row(tmp_path):
+    fmt, count, rows = read_trace(write_jsonl(tmp_path / "m.jsonl", MOONCAKE), "auto")
+    assert (fmt, count) == ("mooncake", 5)
+    assert [r.arrival_s for r in rows] == [0.0, 0.25, 0.25, 1.0, 2.0]
+    assert rows[0].blocks == (7, 8) and rows[0].input_tokens == 40 and rows[0].output_tokens == 4
+
+    burst = [(5.0, "ChatGPT", 100, 20, 120, "Conversation log"), (5.5, "GPT-4", 50, 0, 50, "API log"),
+             (7.0, "ChatGPT", 60, 30, 90, "Conversation log")]  # fmt: skip
+    fmt, count, rows = read_trace(write_burstgpt(tmp_path / "b.csv", burst), "auto")
+    assert (fmt, count) == ("burstgpt", 3)
+    assert [(r.row, r.arrival_s, r.input_tokens, r.output_tokens) for r in rows] == [
+        (1, 0.0, 100, 20),
+        (3, 2.0, 60, 30),
+    ]
+
+    plain = [{"timestamp_s": 10, "prompt": "hello there", "output_length": 3}, {"timestamp_s": 10.5, "input_length": 7,
+             "output_length": 2}]  # fmt: skip
+    fmt, _, rows = read_trace(write_jsonl(tmp_path / "t.jsonl", plain), "auto")
+    assert fmt == "jsonl" and rows[0].prompt == "hello there" and (rows[1].arrival_s, rows[1].input_tokens) == (0.5, 7)
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([{"timestamp": 0, "input_length": 4, "output_length": -1}], r"row 1, field 'output_length' = -1 is not"),
+        ([{"timestamp": 0, "input_length": 4, "output_length": 2}, {"timestamp": 5, "output_length": 2}],
+         r"row 2, field 'input_length' = None"),
+        ([{"timestamp": 9, "input_length": 4, "output_length": 2}, {"timestamp": 5, "input_length": 4,
+          "output_length": 2}], r"row 2, its timestamp is earlier than row 1's; sort the trace by time"),
+        ([{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": ["a"]}], r"row 1, field 'hash_ids'"),
+        ([{"timestamp_s": 0, "output_length": 2}], r"row 1 has neither 'prompt' nor 'input_length'"),
+    ],
+)  # fmt: skip
+def test_a_bad_row_is_named_with_its_file_row_and_field(tmp_path, rows, message):
+    path = write_jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(WorkloadError, match=message) as raised:
+        read_trace(path, "auto")
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_csv_without_burstgpts_columns_and_a_line_that_is_not_json(tmp_path):
+    other = tmp_path / "other.csv"
+    other.write_text("time,tokens\n1,2\n")
+    with pytest.raises(WorkloadError, match=r"other.csv: row 1 has no field 'Timestamp' \(its fields: time, tokens\)"):
+        read_trace(other, "auto")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"timestamp": 0, "input_length": 4, "output_length": 2}\n{oops\n')
+    with pytest.raises(WorkloadError, match=r"broken.jsonl: row 2 is not JSON"):
+        read_trace(broken, "auto")
+
+
+def test_trace_levels_one_a_scale_with_the_traces_rate():
+    load = {"concurrency": [], "request_rates": [], "ramp": None, "max_concurrency": 8, "burstiness": 1.0,
+            "trace_scales": [1.0, 4.0]}  # fmt: skip
+    levels = configured_levels(load, "completions", False, (0.0, 0.5, 2.0))
+    assert [(level.mode, level.arrivals.scale, level.arrivals.rate) for level in levels] == [
+        ("trace", 1.0, 1.0),
+        ("trace", 4.0, 4.0),
+    ]
+    assert configured_levels(load, "completions", False, (0.0,)) == []  # one arrival: nothing to replay
+
+
+def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path):
+    """Arrivals 0, 0.4, 0.4, 1.2 s replayed twice as fast on the reference server: each request
+    leaves at half its arrival time (the schedule the client records, and when it sent)."""
+    arrivals = (0.0, 0.4, 0.4, 1.2)
+    requests = [LoadRequest(f"trace-{i}#0", "hello world", 2, 3) for i in range(len(arrivals))]
+    with ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server:
+        run = asyncio.run(
+            run_level(
+                server.base_url, "reference", requests, concurrency=None, arrivals=TraceArrivals(arrivals, 2.0),
+                seed=0, interval_s=1.0, timeout_s=30, scrape_metrics=False,
+            )
+        )  # fmt: skip
+    assert run.scheduled == [0.0, 0.2, 0.2, 0.6]
+    sent = [s.sent_at - run.started for s in run.results]
+    assert all(abs(when - due) < 0.05 for when, due in zip(sent, run.scheduled)), sent
+    assert all(s.result.success for s in run.results)
+
+
+def test_a_mooncake_trace_through_the_workload_shares_prompt_blocks_where_its_ids_do(tmp_path, tiny_model):
+    from transformers import AutoTokenizer
+
+    from infbench.workload.requests import build_workload
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    path = write_jsonl(tmp_path / "m.jsonl", MOONCAKE)
+    workload = {"study_prompts": False, "api": "completions", "source": "trace",
+                "trace": {"path": str(path), "format": "auto", "num_requests": 10},
+                "synthetic": {"num_requests": 0, "preset": "alpaca"}}  # fmt: skip
+    requests, source = build_workload(tokenizer, workload, 256, 16, seed=0, source_path=path)
+    assert [r.id for r in requests] == ["trace-000001", "trace-000002", "trace-000003", "trace-000005"]
+    assert [r.arrival_s for r in requests] == [0.0, 0.25, 0.25, 2.0] and [r.max_tokens for r in requests] == [
+        4,
+        3,
+        5,
+        2,
+    ]
+    first, second, third = (r.prompt for r in requests[:3])
+    assert third[:40] == first[:40] and second[:40] != first[:40]  # block 7 opens rows 1 and 3
+    assert source["dropped"] == {"too_long": 1} and source["kept"] == 4 and source["rows_in_source"] == 5
+    assert source["span_s"] == 2.0 and source["rate"] == 1.5 and len(source["sha256"]) == 64
+
+
+def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path, tiny_model):
+    """The reference server as the endpoint (what is under test is the replay, not vLLM): the
+    trace levels' schedules are the trace's arrivals over each scale, and the rate search's
+    probes replay the trace at rate / the trace's rate."""
+    workdir = copy_checkout(tmp_path / "project")
+    trace = [{"timestamp_s": i * 0.25, "input_length": 20, "output_length": 4} for i in range(12)]
+    write_jsonl(workdir / "trace.jsonl", trace)
+    with ReferenceServer("served", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=5)) as server:
+        config = tiny_config(
+            tiny_model,
+            hf_baseline={"enabled": False},
+            vllm_offline={"enabled": False},
+            server={"warm_requests": 1, "external": {"base_url": f"{server.base_url}/v1", "model": "served"}},
+            load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6,
+                  "trace_scales": [1.0, 2.0], "repeats": 1},
+            capacity={"max_concurrency": 4, "rate": True, "max_probes": 3},
+        )  # fmt: skip
+        config["workload"].update(source="trace", trace={"path": "trace.jsonl", "num_requests": 12})
+        write_config(workdir, config)
+        snakemake(workdir, "--cores", "2")
+    results = workdir / "results/tiny"
+    summary = read_json(results / "workload_summary.json")
+    assert summary["source"]["kind"] == "trace" and summary["source"]["rate"] == pytest.approx(4.0)
+    assert summary["provenance"]["inputs"]["workload.trace"] == summary["source"]["sha256"]
+    load = read_json(results / "load.json")
+    validate(load, "load")
+    traced = [level for level in load["levels"] if level["mode"] == "trace"]
+    assert [level["trace_scale"] for level in traced] == [1.0, 2.0]
+    for level in traced:
+        requests = level["repeats"][0]["requests"]
+        assert len(requests) == 12 and level["failed"] == 0
+        assert [r["scheduled_s"] for r in requests] == pytest.approx(
+            [t["timestamp_s"] / level["trace_scale"] for t in trace]
+        )
+    capacity = read_json(results / "slo_capacity.json")
+    rate = capacity["request_rate"]
+    assert rate["trace_rate"] == pytest.approx(4.0)
+    for probe in rate["probes"]:
+        assert probe["trace_scale"] == pytest.approx(probe["load"] / 4.0) and probe["requests"] % 12 == 0
+    report = (workdir / "results/report.html").read_text()
+    assert "replayed at their arrival times" in report and "replays the workload's trace" in report
