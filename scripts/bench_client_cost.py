@@ -12,18 +12,29 @@ ours / vLLM's with a paired 95 % interval:
     first byte           the median TTFT each client measured in the first phase
 
     python scripts/bench_client_cost.py --rounds 10 --requests 64 --output-tokens 32 --concurrency 16
+
+With `--processes 1 2 4`, it then measures what the client sustains spread over that many
+processes (infbench.serving.client_processes): a closed loop of `--ceiling-concurrency`
+requests in flight of `--output-tokens` x 5 tokens on a reference server that streams as fast
+as it can, each process count once a round in alternating order; it prints the chunks a
+second received and each process's CPU share (medians over rounds). Where the reference
+server's own process is the limit (it shares this machine's cores), more processes cannot
+raise it: the CPU share says which side was busy.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import tempfile
 from pathlib import Path
 
 from infbench.core.stats import paired_ratio
-from infbench.serving.client_cost import measure_round, ours, reference_server, vllms
+from infbench.serving.client import run_level
+from infbench.serving.client_cost import MODEL, measure_round, ours, reference_server, requests_of, vllms
+from infbench.serving.reference_server import ReferenceServer, Schedule
 
 FIGURES = {
     "cpu_per_chunk_us": "CPU per chunk, all (us)",
@@ -49,6 +60,8 @@ def main():
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--processes", type=int, nargs="*", default=[], help="client process counts to compare")
+    parser.add_argument("--ceiling-concurrency", type=int, default=64)
     parser.add_argument("--json", help="write every round's figures here")
     options = parser.parse_args()
     clients = {"ours": ours, "vllm": vllms}
@@ -78,8 +91,43 @@ def main():
             f"{label:26s} {statistics.median(mine):14.2f} {statistics.median(theirs):14.2f} "
             f"{ratio['ratio']:10.3f}   [{ratio['ci95_low']:.3f}, {ratio['ci95_high']:.3f}]"
         )
+    spread = ceiling_rounds(options) if options.processes else []
     if options.json:
-        Path(options.json).write_text(json.dumps({"options": vars(options), "rounds": rounds}, indent=1))
+        Path(options.json).write_text(
+            json.dumps({"options": vars(options), "rounds": rounds, "processes": spread}, indent=1)
+        )
+
+
+def ceiling_rounds(options) -> list[dict]:
+    """Each process count once a round, order alternating: chunks/s and CPU share a process."""
+    requests = requests_of(options.requests, 5 * options.output_tokens)
+    measured = []
+    schedule = Schedule(ttft_ms=0.0, itl_ms=0.0, max_num_seqs=1024, num_blocks=1 << 20)
+    with tempfile.TemporaryDirectory() as scratch, ReferenceServer(MODEL, Path(scratch) / "s.log", schedule) as server:
+        for index in range(options.rounds):
+            for processes in options.processes[:: 1 if index % 2 == 0 else -1]:
+                run = asyncio.run(
+                    run_level(
+                        server.base_url, MODEL, requests, concurrency=options.ceiling_concurrency, arrivals=None,
+                        seed=0, interval_s=1.0, timeout_s=600, scrape_metrics=False, processes=processes,
+                    )
+                )  # fmt: skip
+                chunks = sum(len(s.result.itl) + 1 for s in run.results if s.result.success)
+                measured.append(
+                    {
+                        "processes": processes,
+                        "chunks_per_s": chunks / run.duration_s,
+                        "cpu_share_per_process": run.client_cpu_s / run.duration_s / run.processes,
+                    }
+                )
+    print(f"\n{'processes':>9s} {'chunks/s (median)':>18s} {'CPU share a process':>20s}")
+    for processes in options.processes:
+        mine = [m for m in measured if m["processes"] == processes]
+        print(
+            f"{processes:9d} {statistics.median(m['chunks_per_s'] for m in mine):18.0f} "
+            f"{statistics.median(m['cpu_share_per_process'] for m in mine):20.2f}"
+        )
+    return measured
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
@@ -110,9 +111,10 @@ def test_a_stalled_stream_fails_at_the_requests_time_limit_and_says_which_settin
     assert waited < 2.5  # it gave up at its limit, not when the server went on
 
 
+@pytest.mark.slow  # starts the reference server
 def test_a_full_context_prompt_and_a_long_output_keep_their_timings(tmp_path):
     """A prompt of a 32k-context model's whole window (32,000 words, about 190 KB in the body)
-    and 1,000 output tokens 2 ms apart, on the reference server: every token
+    and 500 output tokens 2 ms apart, on the reference server: every token
     is timed (one gap a chunk after the first), and the median gap is the schedule's, so a
     long stream costs the client no timing."""
     import statistics

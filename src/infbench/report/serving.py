@@ -73,6 +73,7 @@ def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
         # The largest client_ceiling value of the level's passes: the share of one core it needed.
         shares = [c["value"] for r in level["repeats"] for c in r["checks"] if c["name"] == "client_ceiling"]
         row["client load %"] = max(shares) * 100
+        row["client processes"] = level["client_processes"]
         peak_kv = level["peak_kv_cache_usage_perc"]
         row["peak KV %"] = peak_kv * 100 if peak_kv is not None else None
         rows.append(row)

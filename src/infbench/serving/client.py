@@ -162,9 +162,51 @@ class LevelRun:
     results: list[StreamedResult]
     duration_s: float
     metrics: MetricsSeries
-    client_cpu_s: float
+    client_cpu_s: float  # every client process's CPU seconds, summed
     scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
     started: float  # perf_counter at the level's start; sends are timed from it
+    processes: int = 1  # client processes the level was spread over
+
+
+@dataclass
+class Share:
+    """The part of a level one client process sends: its requests, their scheduled send offsets
+    (open loop; empty for a closed loop) and its cap on requests in flight (None: no cap)."""
+
+    requests: list[LoadRequest]
+    scheduled: list[float]
+    concurrency: int | None
+
+
+def split_level(requests: list[LoadRequest], scheduled: list[float], concurrency: int | None, processes: int):
+    """The level's requests dealt to `processes` shares (request i to share i mod P, so each
+    keeps the schedule's spread and its exact send times), and its cap on requests in flight
+    split as evenly as it goes (c // P each, one more for the first c mod P): the level never
+    has more than c in flight. P is at most c and at most the number of requests."""
+    count = max(1, min(processes, len(requests), concurrency or processes))
+    shares = []
+    for index in range(count):
+        picked = range(index, len(requests), count)
+        cap = None if concurrency is None else concurrency // count + (index < concurrency % count)
+        shares.append(Share([requests[i] for i in picked], [scheduled[i] for i in picked] if scheduled else [], cap))
+    return shares
+
+
+async def send_share(client: openai.AsyncOpenAI, model: str, share: Share, started: float, api: str):
+    """Every request of a share, each sent at `started` + its scheduled offset (at once for a
+    closed loop) as soon as one of the share's slots is free."""
+    gate = asyncio.Semaphore(share.concurrency) if share.concurrency is not None else contextlib.nullcontext()
+
+    async def send(request, when):
+        await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
+        ready = time.perf_counter()
+        async with gate:
+            streamed = await stream_request(client, model, request, api)
+        streamed.ready_at = ready if share.scheduled else None
+        return streamed
+
+    offsets = share.scheduled or [0.0] * len(share.requests)
+    return list(await asyncio.gather(*(send(r, w) for r, w in zip(share.requests, offsets))))
 
 
 async def run_level(
@@ -180,34 +222,35 @@ async def run_level(
     api: str = "completions",
     api_key: str | None = None,
     scrape_metrics: bool = True,
+    processes: int = 1,
 ) -> LevelRun:
     """Closed loop (`arrivals` None: `concurrency` requests in flight) or open loop (requests
     sent on the `arrivals` schedule, at most `concurrency` in flight where it is given, as
-    vLLM's --max-concurrency), through `api`. Without `scrape_metrics` (an endpoint with no
-    /metrics) the level's server series is empty."""
-    client = openai_client(base_url, timeout_s, api_key)
+    vLLM's --max-concurrency), through `api`, from one client process or spread over
+    `processes` (client_processes). Without `scrape_metrics` (an endpoint with no /metrics)
+    the level's server series is empty."""
     scheduled = [] if arrivals is None else arrivals.offsets(len(requests), seed)
-    gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
-    try:
+    shares = split_level(requests, scheduled, concurrency, processes)
+    if len(shares) > 1:
+        from infbench.serving.client_processes import run_shares
+
         # Entering and leaving the scraper scrape synchronously: nothing is timed then.
+        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
+            results, started, duration, cpu_s = run_shares(
+                shares, base_url=base_url, model=model, timeout_s=timeout_s, api=api, api_key=api_key
+            )
+        return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started, len(shares))
+    client = openai_client(base_url, timeout_s, api_key)
+    try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
             cpu_started = time.process_time()
-
-            async def send(request, when):
-                await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
-                ready = time.perf_counter()
-                async with gate:
-                    streamed = await stream_request(client, model, request, api)
-                streamed.ready_at = ready if scheduled else None
-                return streamed
-
-            results = await asyncio.gather(*(send(r, w) for r, w in zip(requests, scheduled or [0.0] * len(requests))))
+            results = await send_share(client, model, shares[0], started, api)
             duration = time.perf_counter() - started
             cpu_s = time.process_time() - cpu_started
     finally:
         await client.close()
-    return LevelRun(list(results), duration, scraper.series(started), cpu_s, scheduled, started)
+    return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started)
 
 
 def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from infbench.core.checks import check, not_available
@@ -13,6 +14,9 @@ from infbench.serving.client_cost import ClientCost
 # CLIENT_WARN the level warns, from CLIENT_FAIL it describes the client more than the server.
 CLIENT_WARN = 0.5
 CLIENT_FAIL = 0.8
+# load.client_processes: auto spreads a level needing CLIENT_WARN or more of a core over enough
+# processes for each to need at most this share.
+PROCESS_SHARE = 0.25
 SEND_LAG_WARN_S = 0.05  # the latest a request may leave after its scheduled time
 QUEUE_SHARE_WARN = 0.1  # median client queue time against the median E2E latency
 
@@ -63,21 +67,23 @@ def client_rates(run: LevelRun) -> dict:
 
 
 def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
-    """Did the client keep up? The share of one core the level needed by the calibrated model
-    (client_cost: a r + b k for r requests and k chunks a second) and the share it measured
-    (its CPU seconds over the level's duration); the larger decides."""
+    """Did the client keep up? The share of one core each of the level's client processes
+    needed by the calibrated model (client_cost: (a r + b k) / P for r requests and k chunks a
+    second over P processes) and the share each measured (all their CPU seconds over the
+    level's duration, over P); the larger decides."""
     rates = client_rates(run)
-    measured = run.client_cpu_s / run.duration_s
+    measured = run.client_cpu_s / run.duration_s / run.processes
+    spread = f" over {run.processes} client processes" if run.processes > 1 else ""
     detail = (
-        f"chunks at {rates['client_chunk_rate']:.0f}/s, requests at {rates['client_request_rate']:.1f}/s; the client "
-        f"measured {measured:.0%} of a core"
+        f"chunks at {rates['client_chunk_rate']:.0f}/s, requests at {rates['client_request_rate']:.1f}/s{spread}; "
+        f"the client measured {measured:.0%} of a core a process"
     )
     share = measured
     if client_cost is not None:
-        needed = client_cost.load_share(rates["client_request_rate"], rates["client_chunk_rate"])
+        needed = client_cost.load_share(rates["client_request_rate"], rates["client_chunk_rate"]) / run.processes
         share = max(share, needed)
         detail += (
-            f", and these rates need {needed:.0%} of the calibrated ceiling of one client process "
+            f", and these rates need {needed:.0%} of the calibrated ceiling of a client process "
             f"({client_cost.cpu_per_request_s * 1e6:.0f} us a request + {client_cost.cpu_per_chunk_s * 1e6:.1f} us a "
             f"chunk: at most {client_cost.chunk_ceiling:.0f} chunks/s)"
         )
@@ -86,9 +92,18 @@ def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
     status = "fail" if share >= CLIENT_FAIL else "warn" if share >= CLIENT_WARN else "pass"
     detail += (
         f"; from {CLIENT_WARN:.0%} warn, from {CLIENT_FAIL:.0%} fail: the level's numbers then describe the client, "
-        "not the server (lower the load on one client process)"
+        "not the server (load.client_processes spreads a level over more processes)"
     )
     return check("client_ceiling", status, share, detail)
+
+
+def processes_needed(share: float, cpus: int) -> int:
+    """load.client_processes auto: one process for a level expected to need under CLIENT_WARN of
+    a core; above, enough for each to need at most PROCESS_SHARE, at most one a CPU the client
+    may use."""
+    if share < CLIENT_WARN:
+        return 1
+    return max(1, min(cpus, math.ceil(share / PROCESS_SHARE)))
 
 
 def validity_checks(

@@ -4,6 +4,7 @@ sweep, each level summarized with vLLM's result-JSON field names and checked for
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -18,7 +19,14 @@ from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
 from infbench.serving.client_cost import ClientCost
-from infbench.serving.level_checks import client_rates, open_loop_rates, open_loop_timing, validity_checks
+from infbench.serving.level_checks import (
+    client_ceiling_check,
+    client_rates,
+    open_loop_rates,
+    open_loop_timing,
+    processes_needed,
+    validity_checks,
+)
 from infbench.workload.requests import has_chat_template
 
 
@@ -149,6 +157,7 @@ def repeat_summary(
             "achieved_request_rate": rates.get("achieved"),
             "request_goodput": goodput(results, run.duration_s, slo_ms) if slo_ms else None,
             "client_cpu_s": run.client_cpu_s,
+            "client_processes": run.processes,
             **client_rates(run),
             "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
             "peak_num_requests_running": series.peak("vllm:num_requests_running"),
@@ -292,6 +301,7 @@ def summarize_level(
             "achieved_request_rate": mean_of("achieved_request_rate"),
             "request_goodput": goodput(results, duration, slo_ms) if slo_ms else None,
             "client_cpu_s": sum(run.client_cpu_s for run in runs),
+            "client_processes": max_of("client_processes"),
             "client_request_rate": max_of("client_request_rate"),
             "client_chunk_rate": max_of("client_chunk_rate"),
             "peak_kv_cache_usage_perc": max_of("peak_kv_cache_usage_perc"),
@@ -306,6 +316,22 @@ def summarize_level(
         }
     )
     return summary
+
+
+def expected_client_share(level: Level, requests: list[LoadRequest], warm: LevelRun | None, client_cost) -> float:
+    """load.client_processes auto: the share of a core one client process is expected to need
+    for a level, from the calibrated model (0 without one). Open loop, from its schedule: a r
+    + b r T, r its offered rate and T its mean output length. Closed loop, from its warm-up
+    (its first c requests at once): that pass's client_ceiling value (0 without a warm-up)."""
+    if client_cost is None:
+        return 0.0
+    if level.arrivals is not None:
+        rate = (
+            level.arrivals.rate if level.arrivals.ramp_to is None else max(level.arrivals.rate, level.arrivals.ramp_to)
+        )
+        mean_tokens = sum(r.max_tokens for r in requests) / len(requests)
+        return client_cost.load_share(rate, rate * mean_tokens)
+    return client_ceiling_check(warm, client_cost)["value"] if warm is not None else 0.0
 
 
 def run_sweep(
@@ -335,7 +361,9 @@ def run_sweep(
     def requests_of(level: Level) -> list[LoadRequest]:
         return traced if level.mode == "trace" else cycled
 
-    def level_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed) -> LevelRun:
+    def level_pass(
+        level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed, processes=1
+    ) -> LevelRun:
         run = asyncio.run(
             run_level(
                 server.base_url,
@@ -349,6 +377,7 @@ def run_sweep(
                 api=level.api,
                 api_key=server.api_key,
                 scrape_metrics=server.metrics,
+                processes=processes,
             )
         )
         if not server.alive():
@@ -363,11 +392,22 @@ def run_sweep(
     for repeat in range(load["repeats"]):
         for index, level in enumerate(levels):
             requests = requests_of(level)
+            warm_run = None
             if load["warmup"]:
                 warm = warmup_requests(requests, level)
-                level_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
+                warm_run = level_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
+            processes = load["client_processes"]
+            if processes == "auto":
+                processes = processes_needed(
+                    expected_client_share(level, requests, warm_run, client_cost), len(os.sched_getaffinity(0))
+                )
             run = level_pass(
-                level, requests, concurrency=level.concurrency, arrivals=level.arrivals, pass_seed=seed + repeat
+                level,
+                requests,
+                concurrency=level.concurrency,
+                arrivals=level.arrivals,
+                pass_seed=seed + repeat,
+                processes=processes,
             )
             runs[index].append(run)
             summary = aggregate([s.result for s in run.results], run.duration_s)
