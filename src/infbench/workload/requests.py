@@ -180,6 +180,19 @@ def synthetic_requests(prompts: Prompts, synthetic: dict, max_model_len: int, rn
     return requests
 
 
+def file_source(kind: str, given: str, path: Path, fmt: str, rows_in_source: int, usable: int) -> dict:
+    """Where a file's requests came from: the path as configured, its format and SHA-256, its
+    rows and those it could not use."""
+    return {
+        "kind": kind,
+        "path": str(given),
+        "format": fmt,
+        "sha256": checksum(path),
+        "rows_in_source": rows_in_source,
+        "rows_unusable": rows_in_source - usable,
+    }
+
+
 def dataset_requests(
     prompts: Prompts, dataset: dict, path: Path, max_model_len: int, rng: random.Random
 ) -> tuple[list[Request], dict]:
@@ -210,12 +223,7 @@ def dataset_requests(
         request = prompts.request(f"dataset-{row.row:06d}", "dataset", row.prompt, output_tokens)
         requests.append(request)
     source = {
-        "kind": "dataset",
-        "path": str(dataset["path"]),
-        "format": fmt,
-        "sha256": checksum(path),
-        "rows_in_source": rows_in_source,
-        "rows_unusable": rows_in_source - len(rows),
+        **file_source("dataset", dataset["path"], path, fmt, rows_in_source, len(rows)),
         "rows_examined": examined,
         "dropped": dropped,
         "kept": len(requests),
@@ -278,12 +286,7 @@ def trace_requests(
         )
     span = requests[-1].arrival_s - requests[0].arrival_s
     source = {
-        "kind": "trace",
-        "path": str(trace["path"]),
-        "format": fmt,
-        "sha256": checksum(path),
-        "rows_in_source": rows_in_source,
-        "rows_unusable": rows_in_source - len(rows),
+        **file_source("trace", trace["path"], path, fmt, rows_in_source, len(rows)),
         "dropped": {"too_long": too_long},
         "kept": len(requests),
         "requested": trace["num_requests"],

@@ -62,7 +62,8 @@ def resolve_format(path: Path, fmt: str) -> str:
     return detected
 
 
-def _records_jsonl(path: Path) -> list[dict]:
+def read_jsonl_records(path: Path) -> list:
+    """One JSON value a non-blank line; a row is counted as a user counts them, blank lines aside."""
     records = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -177,7 +178,7 @@ def read_rows(path: Path, dataset: dict) -> tuple[str, int, list[SourceRow]]:
     """(format read, rows in the source, usable rows) of a dataset source."""
     fmt = resolve_format(path, dataset["format"])
     reader = {
-        "jsonl": _records_jsonl,
+        "jsonl": read_jsonl_records,
         "json": _records_json,
         "sharegpt": _records_json,
         "csv": _records_csv,

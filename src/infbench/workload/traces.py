@@ -10,7 +10,8 @@ when a request arrived and how long its prompt and output were. Three formats:
               (its text) or input_length (tokens)
 
 Reading checks every row, so a bad row stops the workload with one line naming the file, the
-row and the field. Timestamps may not decrease; the replay's clock starts at the first row.
+row (counted as a user counts them: blank lines aside, a CSV header aside) and the field.
+Timestamps may not decrease; the replay's clock starts at the first usable row.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from infbench.workload.sources import WorkloadError
+from infbench.workload.sources import WorkloadError, read_jsonl_records
 
 TRACE_FORMATS = ("auto", "mooncake", "burstgpt", "jsonl")
 # Mooncake's traces hash prompts in blocks of this many tokens.
@@ -73,22 +74,6 @@ def _number(path: Path, row: int, record: dict, field: str, *, whole: bool, leas
         kind = f"a whole number of at least {least:g}" if whole else f"a number of at least {least:g}"
         raise WorkloadError(f"{path}: row {row}, field {field!r} = {value!r} is not {kind}")
     return int(number) if whole else number
-
-
-def _jsonl_records(path: Path) -> list[tuple[int, dict]]:
-    records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise WorkloadError(f"{path}: row {number} is not JSON ({error.msg}); give one object a line") from None
-            if not isinstance(record, dict):
-                raise WorkloadError(f"{path}: row {number} is a {type(record).__name__}, not an object with fields")
-            records.append((number, record))
-    return records
 
 
 def _mooncake_row(path: Path, number: int, record: dict) -> TraceRow:
@@ -149,9 +134,13 @@ def read_trace(path: Path, fmt: str) -> tuple[str, int, list[TraceRow]]:
     if fmt == "burstgpt":
         count, rows = _burstgpt_rows(path)
     else:
-        records = _jsonl_records(path)
+        records = read_jsonl_records(path)
         parse = _mooncake_row if fmt == "mooncake" else _jsonl_row
-        count, rows = len(records), [parse(path, number, record) for number, record in records]
+        count, rows = len(records), []
+        for number, record in enumerate(records, start=1):
+            if not isinstance(record, dict):
+                raise WorkloadError(f"{path}: row {number} is a {type(record).__name__}, not an object with fields")
+            rows.append(parse(path, number, record))
     if not rows:
         raise WorkloadError(f"{path}: no usable row ({count} rows read); give a trace with at least one request")
     for before, row in zip(rows, rows[1:]):
