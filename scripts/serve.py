@@ -9,6 +9,7 @@ from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client
+from infbench.serving.arrivals import replayable, workload_trace
 from infbench.serving.client_cost import calibrate, cost_of
 from infbench.serving.sweep import run_sweep, study_request
 from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template
@@ -24,6 +25,9 @@ def main(stage):
     server = measured_server(spec, params.server["external"], stage.log.server)
     endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
     notes = []
+    trace = workload_trace(workload)
+    if trace and not replayable(trace):
+        notes.append("load.trace_scales: no trace levels, the trace's kept requests all arrive at one instant")
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):
         notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
     # The client's ceiling on this machine, before any engine runs: the reference server and

@@ -7,6 +7,7 @@ be the limit. On the reference server, whose timing is known."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import pytest
@@ -22,17 +23,38 @@ from infbench.serving.sweep import Level, expected_client_share
 REQUESTS = [LoadRequest(f"r{i}#0", "hello world", 2, 8) for i in range(24)]
 
 
-def test_requests_are_dealt_round_robin_and_the_cap_split_to_its_total():
+def test_requests_are_dealt_in_proportion_to_the_split_cap():
+    """c = 5 over 3 processes: caps 2, 2, 1, and requests dealt by slot (slots 0-1 to the
+    first, 2-3 to the second, 4 to the third), so that no process runs out of requests while
+    another still has a queue."""
     shares = split_level(REQUESTS[:7], [0.1 * i for i in range(7)], 5, 3)
-    assert [[r.id for r in share.requests] for share in shares] == [
-        ["r0#0", "r3#0", "r6#0"],
-        ["r1#0", "r4#0"],
-        ["r2#0", "r5#0"],
-    ]
-    assert [share.scheduled for share in shares][1] == pytest.approx([0.1, 0.4])
-    assert [share.concurrency for share in shares] == [2, 2, 1] and sum(s.concurrency for s in shares) == 5
+    assert [share.indices for share in shares] == [[0, 1, 5, 6], [2, 3], [4]]
+    assert [[r.id for r in share.requests] for share in shares][1] == ["r2#0", "r3#0"]
+    assert shares[1].scheduled == pytest.approx([0.2, 0.3])
+    assert [share.concurrency for share in shares] == [2, 2, 1]
+    assert [len(share.requests) for share in split_level(REQUESTS, [], 4, 3)] == [12, 6, 6]  # caps 2, 1, 1
+    assert [share.indices for share in split_level(REQUESTS[:5], [0.0] * 5, None, 2)] == [[0, 2, 4], [1, 3]]
     assert len(split_level(REQUESTS[:7], [], 2, 4)) == 2  # never more processes than slots
     assert len(split_level(REQUESTS[:1], [], None, 4)) == 1  # nor than requests
+
+
+def test_the_client_check_reads_the_busiest_process_and_the_cores_they_could_use():
+    """Two processes, 0.9 and 0.1 CPU seconds in 1 s: the busiest is at 90 % of a core, so the
+    level fails though the average is 50 %."""
+    from infbench.core.metrics import RequestResult
+    from infbench.engines.server_metrics import MetricsSeries
+    from infbench.serving.client import LevelRun, StreamedResult
+    from infbench.serving.level_checks import client_ceiling_check
+
+    results = [StreamedResult(RequestResult(f"r{i}#0", 2, 10, 0.01, 0.1, [0.01] * 9), "", 0.0) for i in range(10)]
+    uneven = LevelRun(results, 1.0, MetricsSeries([]), 1.0, [], 0.0, processes=2, process_cpu_s=[0.9, 0.1])
+    assert client_ceiling_check(uneven, None)["value"] == pytest.approx(0.9)
+    even = LevelRun(results, 1.0, MetricsSeries([]), 0.6, [], 0.0, processes=2, process_cpu_s=[0.3, 0.3])
+    heavy = ClientCost(cpu_per_request_s=0.0, cpu_per_chunk_s=1e-3, first_byte_ms=1.0, requests=32,
+                       output_tokens=16, concurrency=16)  # fmt: skip
+    # 100 chunks/s x 1 ms = 0.1 of a core over min(2, the CPUs this test may use) cores.
+    cores = min(2, len(os.sched_getaffinity(0)))
+    assert client_ceiling_check(even, heavy)["value"] == pytest.approx(max(0.3, 0.1 / cores))
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +76,8 @@ def level(server, processes, **kwargs):
 
 @pytest.mark.slow  # starts a server and client processes
 def test_an_open_loop_over_two_processes_keeps_the_schedule_and_the_request_order(server):
-    one = level(server, 1, concurrency=None, arrivals=Arrivals(20.0))
     two = level(server, 2, concurrency=None, arrivals=Arrivals(20.0))
-    assert (one.processes, two.processes) == (1, 2)
-    assert two.scheduled == one.scheduled  # the same schedule, whichever process sends a request
+    assert two.processes == 2 and len(two.process_cpu_s) == 2
     assert [s.result.request_id for s in two.results] == [r.id for r in REQUESTS]
     assert all(s.result.success and s.result.output_tokens == 8 for s in two.results)
     lags = [s.ready_at - (two.started + when) for s, when in zip(two.results, two.scheduled)]

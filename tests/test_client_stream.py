@@ -2,9 +2,20 @@
 data, and the timing taken from each read's arrival (vLLM's rules: the first chunk with a
 choice is the first token, the usage chunk is no token)."""
 
+import asyncio
 import json
 
-from infbench.serving.client import LoadRequest, event_data, sse_events, streamed_result
+import pytest
+
+from infbench.serving.client import (
+    LoadRequest,
+    complete_event,
+    event_data,
+    openai_client,
+    sse_events,
+    stream_request,
+    streamed_result,
+)
 
 
 def event(payload) -> bytes:
@@ -60,3 +71,26 @@ def test_a_chat_stream_counts_its_role_only_first_chunk():
     token = {"choices": [{"index": 0, "delta": {"content": " a"}}]}
     streamed = streamed_result(request, "chat", 0.0, [(0.25, [event(role)]), (0.5, [event(token)])])
     assert streamed.result.ttft == 0.25 and streamed.text == " a" and len(streamed.result.itl) == 1
+
+
+def test_a_last_event_without_its_blank_line_counts_only_when_whole():
+    assert complete_event(event(choice(" a"))) and complete_event(b"data: [DONE]")
+    assert not complete_event(b'data: {"choices": [{"text"') and not complete_event(b"  ")
+
+
+@pytest.mark.slow  # starts the reference server
+def test_an_error_status_is_a_failed_request_that_says_why(tmp_path):
+    from infbench.serving.reference_server import ReferenceServer, Schedule
+
+    async def send(base_url, key):
+        client = openai_client(base_url, 10, key)
+        try:
+            return (await stream_request(client, "m", LoadRequest("r#0", "hello", 1, 2))).result
+        finally:
+            await client.close()
+
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=1, itl_ms=1), api_key="sk-right") as server:
+        wrong = asyncio.run(send(server.base_url, "sk-wrong"))
+        right = asyncio.run(send(server.base_url, "sk-right"))
+    assert not wrong.success and "401" in wrong.error and "Unauthorized" in wrong.error
+    assert right.success and right.output_tokens == 2

@@ -189,3 +189,23 @@ def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path
         assert probe["trace_scale"] == pytest.approx(probe["load"] / 4.0) and probe["requests"] % 12 == 0
     report = (workdir / "results/report.html").read_text()
     assert "replayed at their arrival times" in report and "replays the workload's trace" in report
+
+
+def test_a_dropped_first_row_does_not_delay_the_replay_and_distinct_blocks_share_no_prefix(tmp_path, tiny_model):
+    """The first row is too long: the replay's clock starts at the first kept row. And 2,000
+    distinct block ids give 2,000 distinct openings (a passage's rotations, the planted fault,
+    have only a few hundred)."""
+    from transformers import AutoTokenizer
+
+    from infbench.workload.requests import build_workload, seeded_text
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rows = [{"timestamp": 500, "input_length": 9000, "output_length": 4, "hash_ids": [1]}, *MOONCAKE[:3]]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    workload = {"study_prompts": False, "api": "completions", "source": "trace",
+                "trace": {"path": str(path), "format": "auto", "num_requests": 10},
+                "synthetic": {"num_requests": 0, "preset": "alpaca"}}  # fmt: skip
+    requests, source = build_workload(tokenizer, workload, 256, 16, seed=0, source_path=path)
+    assert [r.arrival_s for r in requests] == [0.0, 0.25, 0.25] and source["span_s"] == 0.25
+    openings = {tuple(tokenizer(seeded_text(tokenizer, f"block-{i}", 32))["input_ids"][:16]) for i in range(2000)}
+    assert len(openings) == 2000

@@ -25,7 +25,7 @@ from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
-from infbench.serving.arrivals import Arrivals, TraceArrivals
+from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
 from infbench.serving.level_checks import open_loop_rates
 from infbench.serving.sweep import Level, warmup_requests
@@ -175,8 +175,8 @@ class CapacityProbes:
         self.api = workload[0]["api"]
         self.sustained_concurrency = 0  # the concurrency capacity, once searched
         # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
-        arrivals = tuple(r["arrival_s"] for r in workload if r["kind"] == "trace")
-        self.trace = TraceArrivals(arrivals) if len(arrivals) >= 2 else None
+        arrivals = workload_trace(workload)
+        self.trace = TraceArrivals(arrivals) if replayable(arrivals) else None
 
     def arrivals_for(self, rate: float) -> Arrivals | TraceArrivals:
         """An open-loop probe's schedule at `rate` req/s: vLLM's gamma gaps, or the trace's own

@@ -35,7 +35,7 @@ def workload_source_text(summary: dict | None) -> str:
     if source["kind"] == "synthetic":
         text = f"synthetic prompts, {source['kept']} requests of the {source['preset']} length preset"
     elif source["kind"] == "trace":
-        rate = f"{source['rate']:.2f} req/s" if source["rate"] is not None else "one arrival"
+        rate = f"{source['rate']:.2f} req/s" if source["rate"] is not None else "all at one instant"
         text = (
             f"the first {source['kept']} requests that fit max_model_len (of {source['requested']} asked) of the trace "
             f"{source['path']} ({source['format']}, SHA-256 {source['sha256'][:12]}…, {source['rows_in_source']} "
@@ -43,7 +43,7 @@ def workload_source_text(summary: dict | None) -> str:
             f"{source['dropped']['too_long']} dropped as longer than max_model_len"
         )
         if source["rows_unusable"]:
-            text += f", {source['rows_unusable']} row(s) without a response skipped"
+            text += f", {source['rows_unusable']} row(s) without a prompt or a response skipped"
     else:
         dropped = source["dropped"]
         text = (

@@ -33,10 +33,21 @@ class Arrivals:
         return send_offsets(count, self, seed)
 
 
+def workload_trace(workload: list[dict]) -> tuple[float, ...]:
+    """The arrival times of a workload's trace requests, in the trace's order (empty: none)."""
+    return tuple(r["arrival_s"] for r in workload if r.get("kind") == "trace")
+
+
+def replayable(arrival_s: tuple[float, ...]) -> bool:
+    """Has a trace timing to replay: two arrivals or more, not all at one instant."""
+    return len(arrival_s) >= 2 and arrival_s[-1] > arrival_s[0]
+
+
 @dataclass(frozen=True)
 class TraceArrivals:
     """A trace's requests sent when they arrived in the trace (seconds from its first), the
-    clock sped up by `scale`; `rate` is the trace's own rate times the scale."""
+    clock sped up by `scale`; `rate` is the trace's own rate, (n - 1) / span, times the scale.
+    Only for a replayable trace."""
 
     arrival_s: tuple[float, ...]
     scale: float = 1.0
@@ -45,8 +56,7 @@ class TraceArrivals:
 
     @property
     def rate(self) -> float:
-        span = self.arrival_s[-1] - self.arrival_s[0]
-        return (len(self.arrival_s) - 1) / span * self.scale if span > 0 else float("inf")
+        return (len(self.arrival_s) - 1) / (self.arrival_s[-1] - self.arrival_s[0]) * self.scale
 
     def offsets(self, count: int, seed: int) -> list[float]:
         if count != len(self.arrival_s):

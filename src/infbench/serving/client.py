@@ -83,6 +83,18 @@ def event_data(event: bytes) -> dict | None:
     return None if not payload or payload == b"[DONE]" else json.loads(payload)
 
 
+def complete_event(event: bytes) -> bool:
+    """Is an event left without its blank line whole? As vLLM's client reads one: its data
+    parses (or is [DONE]); a cut-off remainder is left out."""
+    if not event.strip():
+        return False
+    try:
+        event_data(event)
+    except ValueError:
+        return False
+    return True
+
+
 def chunk_text(choice: dict, api: str) -> str:
     """The text a streamed choice carries: `text` (completions) or `delta.content` (chat)."""
     return (choice.get("delta", {}).get("content") if api == "chat" else choice.get("text")) or ""
@@ -102,9 +114,10 @@ def streamed_result(request: LoadRequest, api: str, started: float, arrived: lis
                     itl.append(when - latest)
                 latest = when
                 text.append(chunk_text(data["choices"][0], api))
-            elif data.get("usage"):
-                output_tokens = data["usage"]["completion_tokens"]
-                prompt_tokens = data["usage"].get("prompt_tokens") or prompt_tokens
+            elif usage := data.get("usage"):
+                output_tokens = usage.get("completion_tokens")
+                if usage.get("prompt_tokens") is not None:
+                    prompt_tokens = usage["prompt_tokens"]
     if first is None:
         raise RuntimeError("never received a chunk with a choice")
     result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
@@ -125,21 +138,25 @@ async def stream_request(
         async with asyncio.timeout(client.timeout):
             response = await client.post(path, cast_to=httpx2.Response, body=body, stream=True)
             try:
+                if response.status_code != 200:  # vLLM's client counts only a 200 a success
+                    raise RuntimeError(f"HTTP {response.status_code}")
                 async for data in response_chunks(response):
                     now = time.perf_counter()
                     events, buffer = sse_events(buffer, data)
                     arrived.append((now, events))
             finally:
                 await response.aclose()
-        if buffer.strip():  # a last event the server did not end with a blank line
+        if complete_event(buffer):  # a last event the server did not end with a blank line
             arrived.append((now, [buffer]))
         return streamed_result(request, api, started, arrived)
     except Exception as error:  # a failed request is data: counted, not fatal
         if isinstance(error, TimeoutError):
             error = TimeoutError(f"no whole answer within {client.timeout} s (server.request_timeout_s)")
+        cause = f" ({type(error.__cause__).__name__}: {error.__cause__})" if error.__cause__ else ""
         result = RequestResult(
-            request.id, request.prompt_tokens, 0, 0.0, 0.0, [], success=False, error=f"{type(error).__name__}: {error}"
-        )
+            request.id, request.prompt_tokens, 0, 0.0, 0.0, [], success=False,
+            error=f"{type(error).__name__}: {error}{cause}",
+        )  # fmt: skip
         return StreamedResult(result, "", started)
 
 
@@ -153,7 +170,7 @@ def openai_client(base_url: str, timeout_s: float, api_key: str | None = None) -
         api_key=api_key or "not-needed",
         max_retries=0,
         timeout=timeout_s,
-        http_client=openai.DefaultAioHttpClient(transport=AiohttpTransport()),
+        http_client=openai.DefaultAioHttpClient(transport=AiohttpTransport(https=base_url.startswith("https://"))),
     )
 
 
@@ -166,30 +183,43 @@ class LevelRun:
     scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
     started: float  # perf_counter at the level's start; sends are timed from it
     processes: int = 1  # client processes the level was spread over
+    process_cpu_s: list[float] | None = None  # each client process's CPU seconds (None: one process)
 
 
 @dataclass
 class Share:
-    """The part of a level one client process sends: its requests, their scheduled send offsets
-    (open loop; empty for a closed loop) and its cap on requests in flight (None: no cap)."""
+    """The part of a level one client process sends: its requests (and their places in the
+    level), their scheduled send offsets (open loop; empty for a closed loop) and its cap on
+    requests in flight (None: no cap)."""
 
+    indices: list[int]
     requests: list[LoadRequest]
     scheduled: list[float]
     concurrency: int | None
 
 
 def split_level(requests: list[LoadRequest], scheduled: list[float], concurrency: int | None, processes: int):
-    """The level's requests dealt to `processes` shares (request i to share i mod P, so each
-    keeps the schedule's spread and its exact send times), and its cap on requests in flight
-    split as evenly as it goes (c // P each, one more for the first c mod P): the level never
-    has more than c in flight. P is at most c and at most the number of requests."""
+    """The level's requests dealt to P shares in proportion to their caps on requests in flight:
+    the cap c is split as evenly as it goes (c // P each, one more for the first c mod P, so the
+    level never has more than c in flight) and request i goes to the share of slot i mod c (i
+    mod P without a cap), so every share keeps its slots busy as long as the others, and each
+    keeps the schedule's spread and its exact send times. P is at most c and at most the number
+    of requests. A share cannot lend a free slot to another: with requests of equal length this
+    is the single process's schedule."""
     count = max(1, min(processes, len(requests), concurrency or processes))
-    shares = []
-    for index in range(count):
-        picked = range(index, len(requests), count)
-        cap = None if concurrency is None else concurrency // count + (index < concurrency % count)
-        shares.append(Share([requests[i] for i in picked], [scheduled[i] for i in picked] if scheduled else [], cap))
-    return shares
+    caps = (
+        [None] * count
+        if concurrency is None
+        else [concurrency // count + (i < concurrency % count) for i in range(count)]
+    )
+    slots = list(range(count)) if concurrency is None else [share for share, cap in enumerate(caps) for _ in range(cap)]
+    dealt = [[] for _ in range(count)]
+    for index in range(len(requests)):
+        dealt[slots[index % len(slots)]].append(index)
+    return [
+        Share(picked, [requests[i] for i in picked], [scheduled[i] for i in picked] if scheduled else [], cap)
+        for picked, cap in zip(dealt, caps)
+    ]
 
 
 async def send_share(client: openai.AsyncOpenAI, model: str, share: Share, started: float, api: str):
@@ -236,10 +266,13 @@ async def run_level(
 
         # Entering and leaving the scraper scrape synchronously: nothing is timed then.
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
-            results, started, duration, cpu_s = run_shares(
+            results, started, duration, process_cpu_s = run_shares(
                 shares, base_url=base_url, model=model, timeout_s=timeout_s, api=api, api_key=api_key
             )
-        return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started, len(shares))
+        return LevelRun(
+            results, duration, scraper.series(started), sum(process_cpu_s), scheduled, started, len(shares),
+            process_cpu_s,
+        )  # fmt: skip
     client = openai_client(base_url, timeout_s, api_key)
     try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
@@ -267,5 +300,5 @@ def trace_requests(workload: list[dict]) -> list[LoadRequest]:
     return [
         LoadRequest(f"{r['id']}#0", r["prompt"], r["prompt_tokens"], r["max_tokens"], r.get("messages"))
         for r in workload
-        if r["kind"] == "trace"
+        if r.get("kind") == "trace"
     ]

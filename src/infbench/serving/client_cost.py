@@ -183,6 +183,7 @@ def reference_server(log_path: str | Path) -> ReferenceServer:
     return ReferenceServer(MODEL, log_path, SCHEDULE)
 
 
+FLOOR_S = 1e-6
 # The serve stage's calibration: small enough to cost a few seconds.
 CALIBRATION = {"rounds": 3, "requests": 32, "output_tokens": 16, "concurrency": 16}
 
@@ -198,9 +199,10 @@ def calibrate(log_path: str | Path, progress=print) -> dict:
                 output_tokens=CALIBRATION["output_tokens"], concurrency=CALIBRATION["concurrency"],
             )  # fmt: skip
             rounds.append(cost)
+    # A noisy fit can come out at or below zero; a microsecond floor keeps the ceilings finite.
     median = ClientCost(
-        statistics.median(c.cpu_per_request_s for c in rounds),
-        statistics.median(c.cpu_per_chunk_s for c in rounds),
+        max(statistics.median(c.cpu_per_request_s for c in rounds), FLOOR_S),
+        max(statistics.median(c.cpu_per_chunk_s for c in rounds), FLOOR_S),
         statistics.median(c.first_byte_ms for c in rounds),
         CALIBRATION["requests"],
         CALIBRATION["output_tokens"],

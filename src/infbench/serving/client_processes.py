@@ -7,8 +7,9 @@ across processes: each request leaves at the level's start plus its scheduled of
 
 A worker is `python -m infbench.serving.client_processes`, given its job on stdin and
 answering on stdout, pickled: the job; "ready" once its client is made; the level's start;
-its results, CPU seconds and the moment its last request ended. Workers that fail or hang
-are killed: none outlives the level.
+its results, CPU seconds and the moment its last request ended. A worker that fails stops
+the level with one line; every worker is killed when the level ends, whatever ended it.
+(A worker cannot hang past its requests' own time limit, server.request_timeout_s.)
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ WORKER = [sys.executable, "-m", "infbench.serving.client_processes"]
 
 def run_shares(
     shares: list[Share], *, base_url: str, model: str, timeout_s: float, api: str, api_key: str | None
-) -> tuple[list[StreamedResult], float, float, float]:
+) -> tuple[list[StreamedResult], float, float, list[float]]:
     """Each share in a worker of its own, started together once every worker is ready. Returns
-    the results in the order of the level's requests (share i holds requests i, i + P, ...),
-    the level's start, its duration (to the last request's end in any worker) and the CPU
-    seconds of every worker and of this process while the level ran."""
-    workers = [subprocess.Popen(WORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in shares]
+    the results in the order of the level's requests, the level's start, its duration (to the
+    last request's end in any worker) and each worker's CPU seconds while the level ran (this
+    process, which only waits, is not counted)."""
+    workers = []
     try:
+        for _ in shares:
+            workers.append(subprocess.Popen(WORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
         for worker, share in zip(workers, shares):
             send(worker, {"share": share, "base_url": base_url, "model": model, "timeout_s": timeout_s,
                           "api": api, "api_key": api_key})  # fmt: skip
@@ -42,20 +45,20 @@ def run_shares(
             if receive(worker) != "ready":
                 raise RuntimeError("a client worker answered out of turn")
         started = time.perf_counter()
-        cpu_started = time.process_time()
         for worker in workers:
             send(worker, started)
         answers = [receive(worker) for worker in workers]
-        cpu_s = time.process_time() - cpu_started + sum(answer["cpu_s"] for answer in answers)
     finally:
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
             worker.wait()
     results: list[StreamedResult | None] = [None] * sum(len(share.requests) for share in shares)
-    for index, answer in enumerate(answers):
-        results[index :: len(shares)] = answer["results"]
-    return results, started, max(answer["ended"] for answer in answers) - started, cpu_s
+    for share, answer in zip(shares, answers):
+        for index, result in zip(share.indices, answer["results"], strict=True):
+            results[index] = result
+    duration = max(answer["ended"] for answer in answers) - started
+    return results, started, duration, [answer["cpu_s"] for answer in answers]
 
 
 def send(worker: subprocess.Popen, message) -> None:

@@ -16,9 +16,11 @@ every request were the client's CPU beyond vLLM's (`scripts/bench_client_cost.py
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
+import certifi
 import httpx2
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
@@ -45,7 +47,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     """Each request through one aiohttp session; the session opens with the first request,
     inside the event loop that sends it."""
 
-    def __init__(self):
+    def __init__(self, https: bool = False):
+        # An https endpoint is verified against certifi's CA bundle, as the SDK's own transport
+        # verifies it (built here, when the client is made, not inside a timed request).
+        self.ssl = ssl.create_default_context(cafile=certifi.where()) if https else True
         self.session: aiohttp.ClientSession | None = None
         self.proxies: dict[tuple, tuple] = {}
 
@@ -61,16 +66,18 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if self.session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60, ssl=self.ssl)
             self.session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=None)
             )
         proxy, proxy_auth = self.proxy(request.url)
         try:
+            headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "accept-encoding"]
             response = await self.session.request(
                 request.method,
                 str(request.url),
-                headers=request.headers.multi_items(),
+                # The encodings aiohttp decodes (httpx may offer zstd, which aiohttp may not read).
+                headers=[*headers, ("Accept-Encoding", "gzip, deflate")],
                 data=request.content or None,
                 allow_redirects=False,
                 proxy=proxy,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 
 from infbench.core.checks import check, not_available
@@ -67,23 +68,25 @@ def client_rates(run: LevelRun) -> dict:
 
 
 def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
-    """Did the client keep up? The share of one core each of the level's client processes
-    needed by the calibrated model (client_cost: (a r + b k) / P for r requests and k chunks a
-    second over P processes) and the share each measured (all their CPU seconds over the
-    level's duration, over P); the larger decides."""
+    """Did the client keep up? The larger of two shares of one core: the busiest client
+    process's CPU seconds over the level's duration, and what the calibrated model says the
+    level's rates need (client_cost: a r + b k for r requests and k chunks a second) over the
+    cores its processes could use, min(P, the CPUs the client may use): processes that time-share
+    one core are no lighter than one."""
     rates = client_rates(run)
-    measured = run.client_cpu_s / run.duration_s / run.processes
-    spread = f" over {run.processes} client processes" if run.processes > 1 else ""
+    measured = max(run.process_cpu_s or [run.client_cpu_s]) / run.duration_s
+    cores = min(run.processes, len(os.sched_getaffinity(0)))
+    spread = f" over {run.processes} client processes on up to {cores} CPUs" if run.processes > 1 else ""
     detail = (
         f"chunks at {rates['client_chunk_rate']:.0f}/s, requests at {rates['client_request_rate']:.1f}/s{spread}; "
-        f"the client measured {measured:.0%} of a core a process"
+        f"the busiest client process measured {measured:.0%} of a core"
     )
     share = measured
     if client_cost is not None:
-        needed = client_cost.load_share(rates["client_request_rate"], rates["client_chunk_rate"]) / run.processes
+        needed = client_cost.load_share(rates["client_request_rate"], rates["client_chunk_rate"]) / cores
         share = max(share, needed)
         detail += (
-            f", and these rates need {needed:.0%} of the calibrated ceiling of a client process "
+            f", and these rates need {needed:.0%} of the calibrated ceiling of a client process a core "
             f"({client_cost.cpu_per_request_s * 1e6:.0f} us a request + {client_cost.cpu_per_chunk_s * 1e6:.1f} us a "
             f"chunk: at most {client_cost.chunk_ceiling:.0f} chunks/s)"
         )
@@ -92,7 +95,7 @@ def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
     status = "fail" if share >= CLIENT_FAIL else "warn" if share >= CLIENT_WARN else "pass"
     detail += (
         f"; from {CLIENT_WARN:.0%} warn, from {CLIENT_FAIL:.0%} fail: the level's numbers then describe the client, "
-        "not the server (load.client_processes spreads a level over more processes)"
+        "not the server (load.client_processes spreads a level over more processes, where CPUs are free)"
     )
     return check("client_ceiling", status, share, detail)
 

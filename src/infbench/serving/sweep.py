@@ -16,7 +16,7 @@ from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, good
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.vllm_server import ServerError, VLLMServer
-from infbench.serving.arrivals import Arrivals, TraceArrivals
+from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.level_checks import (
@@ -93,7 +93,7 @@ def configured_levels(
     load: dict, api: str = "completions", chat_available: bool = True, trace: tuple[float, ...] = ()
 ) -> list[Level]:
     """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them,
-    all through the workload's API; with a trace's arrival times (two or more), one replay a scale
+    all through the workload's API; with a trace's arrival times (replayable), one replay a scale
     (load.trace_scales); then, for a completions workload of a model with a chat template, the
     closed-loop chat levels (load.chat_concurrency)."""
     levels = [Level(concurrency, api=api) for concurrency in load["concurrency"]]
@@ -103,7 +103,7 @@ def configured_levels(
     if load["ramp"]:
         ramp = Arrivals(load["ramp"]["start_rate"], load["burstiness"], load["ramp"]["end_rate"])
         levels.append(Level(load["max_concurrency"], ramp, api))
-    if len(trace) >= 2:  # one arrival has no timing to replay
+    if replayable(trace):
         levels += [Level(load["max_concurrency"], TraceArrivals(trace, scale), api) for scale in load["trace_scales"]]
     if api == "completions" and chat_available:
         levels += [Level(concurrency, api="chat") for concurrency in load["chat_concurrency"]]
@@ -354,7 +354,7 @@ def run_sweep(
     client's calibrated ceiling on this machine."""
     cycled = cycle_requests(workload, load["requests_per_level"])
     traced = trace_requests(workload)
-    trace = tuple(r["arrival_s"] for r in workload if r["kind"] == "trace")
+    trace = workload_trace(workload)
     levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer), trace)
     runs = [[] for _ in levels]
 

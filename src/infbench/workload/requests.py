@@ -238,21 +238,35 @@ def dataset_requests(
     return requests, source
 
 
-def trace_text(tokenizer, passage_ids: list[int], row, rng: random.Random) -> str:
-    """A trace row's prompt: its own text, or text of its length cut from the passage. Mooncake's
-    hash_ids give one 512-token block each, cut where the id (not the row) says, so rows with
-    the same ids share the same prompt prefix, as the trace's requests did."""
+# Words for a trace's prompts: the passage's vocabulary.
+TRACE_WORDS = sorted(set(PASSAGE.split()))
+
+
+def seeded_text(tokenizer, seed: str, length: int) -> str:
+    """Text of about `length` tokens: words of TRACE_WORDS drawn with `seed`, tokenized and cut
+    to `length` tokens. Distinct seeds give distinct texts from their first words (two share
+    their first 16 words with chance 1 in 153^16), so no two blocks share a prefix by accident,
+    as rotations of one short passage would (it has only a few hundred starts)."""
+    words = random.Random(seed).choices(TRACE_WORDS, k=length)
+    ids = tokenizer(" ".join(words), add_special_tokens=False)["input_ids"][:length]
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+def trace_text(tokenizer, row, rng: random.Random) -> str:
+    """A trace row's prompt: its own text, or seeded words of its length. Mooncake's hash_ids
+    give one 512-token block each, seeded by the id (not the row), so rows with the same ids
+    share the same prompt prefix, as the trace's requests did, and rows with other ids share
+    none."""
     if row.prompt is not None:
         return row.prompt
     if not row.blocks:
-        return passage_text(tokenizer, passage_ids, rng.randrange(len(passage_ids)), row.input_tokens)
+        return seeded_text(tokenizer, f"row-{rng.random()}", row.input_tokens)
     pieces = []
     for index, block in enumerate(row.blocks):
         length = min(MOONCAKE_BLOCK_TOKENS, row.input_tokens - index * MOONCAKE_BLOCK_TOKENS)
         if length < 1:
             break
-        start = random.Random(block).randrange(len(passage_ids))
-        pieces.append(passage_text(tokenizer, passage_ids, start, length))
+        pieces.append(seeded_text(tokenizer, f"block-{block}", length))
     return " ".join(pieces)
 
 
@@ -260,10 +274,10 @@ def trace_requests(
     prompts: Prompts, trace: dict, path: Path, max_model_len: int, rng: random.Random
 ) -> tuple[list[Request], dict]:
     """The trace's first `num_requests` usable rows that fit max_model_len, in the trace's
-    order and with its arrival times (a row that does not fit leaves a gap, the others keep
-    their times), and what was read and dropped: the span and rate of what was kept."""
+    order and with its arrival times counted from the first kept one (a row that does not fit
+    leaves a gap, the others keep their times), and what was read and dropped: the span and
+    rate of what was kept."""
     fmt, rows_in_source, rows = read_trace(path, trace["format"])
-    passage_ids = prompts.tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
     requests, too_long = [], 0
     for row in rows:
         if len(requests) == trace["num_requests"]:
@@ -272,7 +286,7 @@ def trace_requests(
             too_long += 1
             continue
         request = prompts.request(
-            f"trace-{row.row:06d}", "trace", trace_text(prompts.tokenizer, passage_ids, row, rng), row.output_tokens
+            f"trace-{row.row:06d}", "trace", trace_text(prompts.tokenizer, row, rng), row.output_tokens
         )
         if request.prompt_tokens + request.max_tokens > max_model_len:
             too_long += 1
@@ -284,7 +298,11 @@ def trace_requests(
             f"{path}: no row fits engine.max_model_len = {max_model_len} ({too_long} too long); raise "
             "engine.max_model_len or give a trace of shorter requests"
         )
-    span = requests[-1].arrival_s - requests[0].arrival_s
+    # The replay's clock starts at the first kept request, whatever was dropped before it.
+    first = requests[0].arrival_s
+    for request in requests:
+        request.arrival_s -= first
+    span = requests[-1].arrival_s
     source = {
         **file_source("trace", trace["path"], path, fmt, rows_in_source, len(rows)),
         "dropped": {"too_long": too_long},

@@ -5,7 +5,8 @@ when a request arrived and how long its prompt and output were. Three formats:
               hash_ids (optional: the prompt's 512-token blocks, equal ids for a shared
               prefix), as in Mooncake's published traces (FAST '25)
     burstgpt  CSV with BurstGPT's columns: Timestamp (seconds), Request tokens, Response
-              tokens (rows with no response, failed requests in the trace, are skipped)
+              tokens (rows with no response, failed requests in the trace, or no prompt are
+              skipped and counted)
     jsonl     JSONL, one object a row: timestamp_s (seconds), output_length, and either prompt
               (its text) or input_length (tokens)
 
@@ -115,16 +116,11 @@ def _burstgpt_rows(path: Path) -> tuple[int, list[TraceRow]]:
                     f"{path}: row {number} has no field {field!r} (its fields: {fields}); is this a BurstGPT CSV?"
                 )
         response = _number(path, number, record, "Response tokens", whole=True, least=0)
-        if response == 0:  # a request that failed in the trace
+        prompt = _number(path, number, record, "Request tokens", whole=True, least=0)
+        if not (response and prompt):  # a request that failed in the trace, or had no prompt
             continue
-        rows.append(
-            TraceRow(
-                number,
-                _number(path, number, record, "Timestamp", whole=False, least=0),
-                response,
-                input_tokens=_number(path, number, record, "Request tokens", whole=True, least=1),
-            )
-        )
+        arrival = _number(path, number, record, "Timestamp", whole=False, least=0)
+        rows.append(TraceRow(number, arrival, response, input_tokens=prompt))
     return len(records), rows
 
 
