@@ -163,7 +163,7 @@ def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path
             server={"warm_requests": 1, "external": {"base_url": f"{server.base_url}/v1", "model": "served"}},
             load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6,
                   "trace_scales": [1.0, 2.0], "repeats": 1},
-            capacity={"max_concurrency": 4, "rate": True, "max_probes": 3},
+            capacity={"start_concurrency": 2, "max_concurrency": 2, "rate": True, "max_probes": 2},
         )  # fmt: skip
         config["workload"].update(source="trace", trace={"path": "trace.jsonl", "num_requests": 12})
         write_config(workdir, config)
