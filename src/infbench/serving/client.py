@@ -286,19 +286,17 @@ async def run_level(
     return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started)
 
 
+def load_request(row: dict, pass_index: int) -> LoadRequest:
+    """A workload row as the client sends it; its id tagged with its place in the pass."""
+    return LoadRequest(f"{row['id']}#{pass_index}", row["prompt"], row["prompt_tokens"], row["max_tokens"],
+                       row.get("messages"))  # fmt: skip
+
+
 def cycle_requests(workload: list[dict], count: int) -> list[LoadRequest]:
     """`count` requests from the workload, in order, repeated as needed."""
-    picked = (workload[i % len(workload)] for i in range(count))
-    return [
-        LoadRequest(f"{r['id']}#{i}", r["prompt"], r["prompt_tokens"], r["max_tokens"], r.get("messages"))
-        for i, r in enumerate(picked)
-    ]
+    return [load_request(workload[i % len(workload)], i) for i in range(count)]
 
 
 def trace_requests(workload: list[dict]) -> list[LoadRequest]:
     """The workload's trace requests, once each, in the trace's order."""
-    return [
-        LoadRequest(f"{r['id']}#0", r["prompt"], r["prompt_tokens"], r["max_tokens"], r.get("messages"))
-        for r in workload
-        if r.get("kind") == "trace"
-    ]
+    return [load_request(r, 0) for r in workload if r.get("kind") == "trace"]

@@ -37,6 +37,11 @@ PROMPT = "the quick brown fox jumps over the lazy dog " * 8
 # The reference server's schedule: no time of its own before the first token, a token every
 # 5 ms, no slot limit that a phase reaches.
 SCHEDULE = Schedule(ttft_ms=0.0, itl_ms=5.0, max_num_seqs=1024, num_blocks=1 << 20)
+# The serve stage's calibration: each stream phase one wave of requests (about 6,000 chunks/s),
+# three rounds in about 3 s.
+CALIBRATION = {"rounds": 3, "requests": 32, "output_tokens": 16, "concurrency": 32}
+# A noisy fit can come out at or below zero; a microsecond floor keeps the ceilings finite.
+FLOOR_S = 1e-6
 
 
 @dataclass
@@ -183,12 +188,6 @@ def reference_server(log_path: str | Path) -> ReferenceServer:
     return ReferenceServer(MODEL, log_path, SCHEDULE)
 
 
-FLOOR_S = 1e-6
-# The serve stage's calibration: each stream phase one wave of requests (about 6,000 chunks/s),
-# three rounds in about 3 s.
-CALIBRATION = {"rounds": 3, "requests": 32, "output_tokens": 16, "concurrency": 32}
-
-
 def calibrate(log_path: str | Path, progress=print) -> dict:
     """This machine's client ceiling: the client's model (a, b, first byte) fitted in
     CALIBRATION's rounds on the reference server, each figure the median over rounds."""
@@ -200,7 +199,6 @@ def calibrate(log_path: str | Path, progress=print) -> dict:
                 output_tokens=CALIBRATION["output_tokens"], concurrency=CALIBRATION["concurrency"],
             )  # fmt: skip
             rounds.append(cost)
-    # A noisy fit can come out at or below zero; a microsecond floor keeps the ceilings finite.
     median = ClientCost(
         max(statistics.median(c.cpu_per_request_s for c in rounds), FLOOR_S),
         max(statistics.median(c.cpu_per_chunk_s for c in rounds), FLOOR_S),

@@ -326,9 +326,7 @@ def expected_client_share(level: Level, requests: list[LoadRequest], warm: Level
     if client_cost is None:
         return 0.0
     if level.arrivals is not None:
-        rate = (
-            level.arrivals.rate if level.arrivals.ramp_to is None else max(level.arrivals.rate, level.arrivals.ramp_to)
-        )
+        rate = max(level.arrivals.rate, level.arrivals.ramp_to or 0.0)  # a ramp's highest
         mean_tokens = sum(r.max_tokens for r in requests) / len(requests)
         return client_cost.load_share(rate, rate * mean_tokens)
     return client_ceiling_check(warm, client_cost)["value"] if warm is not None else 0.0
