@@ -13,6 +13,7 @@ from infbench.engines.settings import place_client, server_max_num_seqs
 def main(stage):
     params = stage.params
     workload = read_jsonl(stage.input.workload)
+    pool = read_jsonl(stage.input.pool)
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     server = measured_server(spec, params.server["external"], stage.log.server)
     external = isinstance(server, ExternalEndpoint)
@@ -23,6 +24,7 @@ def main(stage):
         result = search_capacity(
             server,
             workload,
+            pool,
             params.capacity,
             params.load,
             kv,

@@ -14,6 +14,7 @@ def main(stage):
         spec=spec_from_params(params, stage.model_dir, stage.facts["name"]),
         log_dir=stage.log.servers,
         workload=read_jsonl(stage.input.workload),
+        pool=read_jsonl(stage.input.pool),
         tuning=params.tuning,
         request_timeout_s=params.server["request_timeout_s"],
         load=params.load,

@@ -21,10 +21,12 @@ def wilson_95(successes: int, n: int) -> tuple[float, float]:
 def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run):
     from infbench.core.artifacts import read_json, read_jsonl, validate
     from infbench.kv.simulator import Strategy, TraceRequest, static_capacity
-    from infbench.serving.client import cycle_requests
+    from infbench.serving.client import load_request
+    from infbench.serving.window import RequestSupply
 
     capacity = read_json(tiny_run / "results/tiny/slo_capacity.json")
     validate(capacity, "slo_capacity")
+    settings = capacity["settings"]
     search = capacity["concurrency"]
     # The test config's TTFT SLO (250 ms) breaks somewhere below 128 requests in flight.
     assert search["capacity"] is not None and search["first_failing"] is not None, search["probes"]
@@ -33,21 +35,39 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     assert len(probes) == len(search["probes"])  # no load probed twice
     assert probes[search["capacity"]]["met"] and not probes[search["first_failing"]]["met"]
     target = capacity["attainment_target"]
-    for probe in search["probes"]:
+    for probe in [*search["probes"], *capacity["request_rate"]["probes"]]:
         passes = probe["pass_records"]
         assert probe["passes"] == len(passes) >= 1
-        assert probe["requests"] == sum(p["requests"] for p in passes) >= 2 * probe["load"]
+        assert probe["requests"] == sum(p["requests"] for p in passes)
+        assert probe["sent"] == sum(p["sent"] for p in passes) > probe["requests"]  # the ramp is not counted
+        for one in passes:  # a window of its time and its requests, unless the pool ran out
+            opened, closed = one["window_s"]
+            assert one["supply_exhausted"] or (
+                closed - opened >= probe["window"]["seconds"] and one["requests"] >= settings["window_requests"]
+            )
         assert probe["met_slo"] == sum(p["met_slo"] for p in passes)
-        assert probe["met"] == (probe["attainment"] >= target and not probe["saturated"])
         assert probe["attainment"] == pytest.approx(probe["met_slo"] / probe["requests"])
-        assert probe["attainment_ci95"] == pytest.approx(wilson_95(probe["met_slo"], probe["requests"]), abs=1e-9)
-        # A probe stops before its last pass only when its interval already lies below the target.
+        low, high = probe["attainment_ci95"]
+        assert [low, high] == pytest.approx(wilson_95(probe["met_slo"], probe["requests"]), abs=1e-9)
+        # The decision is the interval's against the target; an undecided probe steers by its share.
+        expected = "missed" if high < target or probe["saturated"] else "met" if low >= target else "undecided"
+        assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
+        assert probe["met"] == (expected == "met" or (expected == "undecided" and probe["attainment"] >= target))
+        # More windows only while undecided.
+        assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])
         if probe["stopped_early"]:
-            assert not probe["met"] and probe["attainment_ci95"][1] < target
-    # The search's seed: the workload's requests at their peak footprint on the engine's pool.
+            assert probe["decided"] or probe["supply_exhausted"]
+    # The capacity read from every probe, with its interval around it.
+    estimate = search["estimate"]
+    low, high = estimate["ci95"]
+    if isinstance(estimate["value"], (int, float)):
+        assert (low == "below" or low <= estimate["value"]) and (high == "above" or estimate["value"] <= high)
+    # The search's seed: the pool's requests, in the order probes draw them, at their peak
+    # footprint on the engine's pool.
     kv = capacity["kv"]
-    workload = read_jsonl(tiny_run / "results/tiny/workload.jsonl")
-    trace = [TraceRequest(r.prompt_tokens, r.max_tokens) for r in cycle_requests(workload, 8)]
+    pool = read_jsonl(tiny_run / "results/tiny/request_pool.jsonl")
+    rows = RequestSupply(pool, load_request, 0).rows
+    trace = [TraceRequest(r["prompt_tokens"], r["max_tokens"]) for r in rows]
     strategy = Strategy("paged", "paged", block_size=kv["block_size"])
     expected = static_capacity(trace, strategy, (kv["num_blocks"] - 1) * kv["block_size"], 256)
     assert capacity["predicted_kv_concurrency"]["value"] == expected
@@ -55,15 +75,15 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     # The rate search, seeded by the closed loop's request rate at its capacity.
     rate = capacity["request_rate"]
     assert rate["probes"][0]["load"] == pytest.approx(
-        max(search["at_capacity"]["request_throughput"]["mean"], capacity["settings"]["min_rate"])
+        max(search["at_capacity"]["request_throughput"]["mean"], settings["min_rate"])
     )
     # No rate above the most requests per second a closed-loop probe completed: past the server's
-    # throughput a finite open-loop pass is one burst, not a sustained rate.
+    # throughput an open loop's queue grows without bound.
     highest = max(p["request_throughput"]["mean"] for p in search["probes"])
     assert max(p["load"] for p in rate["probes"]) <= max(highest, rate["probes"][0]["load"]) * (1 + 1e-9)
-    # Each rate pass sends twice the concurrency capacity, so that a high rate is no single burst.
-    per_pass = max(capacity["settings"]["requests_per_probe"], 2 * search["capacity"])
-    assert all(p["requests"] == per_pass for probe in rate["probes"] for p in probe["pass_records"])
+    # Rate windows of at least ten median latencies of the closed loop at its capacity.
+    long_enough = max(settings["window_s"], 10 * search["at_capacity"]["median_e2el_ms"] / 1000)
+    assert all(probe["window"]["seconds"] == pytest.approx(long_enough) for probe in rate["probes"])
     served = search["at_capacity"]["output_throughput"]["mean"]
     assert capacity["cost"]["per_million_output_tokens"] == pytest.approx(2.0 / (served * 3600) * 1e6)
 

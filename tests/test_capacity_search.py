@@ -7,16 +7,16 @@ import random
 
 import pytest
 
+from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit
 from infbench.capacity.search import (
     Probe,
     SearchResult,
     attainment_rises,
     binding_limit,
-    clearly_below,
     search,
     wilson_interval,
 )
-from infbench.capacity.slo_capacity import cost_per_million_output_tokens
+from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision
 from infbench.report.capacity import capacity_text
 
 
@@ -41,7 +41,7 @@ def test_the_concurrency_search_finds_the_planted_capacity():
     loads = [p.load for p in result.probes]
     assert loads[:5] == [1, 2, 4, 8, 16]  # bracketing by doubling, then bisection inside [8, 16]
     assert set(loads[5:]) <= set(range(9, 16)) and len(loads) == len(set(loads))
-    assert result.to_json()["probes"][0] == {"load": 1, "met": True, "attainment": 1.0}
+    assert result.to_json()["probes"][0] == {"load": 1, "met": True, "decided": True, "attainment": 1.0}
 
 
 def test_the_predicted_kv_limit_is_probed_and_one_above_it():
@@ -104,12 +104,64 @@ def test_attainment_that_rises_with_load_beyond_its_intervals_is_named():
     assert SearchResult(4, 8, risen, "bracketed").to_json()["attainment_rises"] == [[8, 16]]
 
 
-def test_wilson_interval_and_early_stop():
+def test_wilson_interval_and_the_probe_decision():
     low, high = wilson_interval(8, 10)
     assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
     assert wilson_interval(0, 0) == (0.0, 1.0)
-    assert clearly_below(2, 16, 0.9)  # 12 % met: [4 %, 36 %] lies below 90 %
-    assert not clearly_below(13, 16, 0.9)  # 81 %: its interval reaches 90 %, another pass may tip it
+    assert decision(2, 16, 0.9) == "missed"  # 12 % met: [4 %, 36 %] lies below 90 %
+    assert decision(13, 16, 0.9) == "undecided"  # 81 %: [57 %, 93 %] straddles 90 %
+    assert decision(34, 34, 0.9) == "undecided"  # all met, but [0.898, 1]: 34 are too few to clear 0.9
+    assert decision(35, 35, 0.9) == "met"  # [0.901, 1]
+    assert decision(29, 32, 0.9) == "undecided"  # the issue's passing 29/32: [0.76, 0.97]
+    assert decision(35, 35, 0.9, saturated=True) == "missed"  # a server that fell behind misses
+
+
+def test_a_bracket_with_an_undecided_end_is_not_converged():
+    """Both ends decided: bracketed. The failing end undecided: the search ends the same way but
+    is not converged, and says what to raise."""
+    decided = search(lambda c: Probe(c, c <= 8), start=4, floor=1, ceiling=64, integer=True, max_probes=8)
+    assert (decided.capacity, decided.first_failing, decided.outcome) == (8, 9, "bracketed")
+    shaky = search(lambda c: Probe(c, c <= 8, decided=c != 9), start=4, floor=1, ceiling=64, integer=True, max_probes=8)
+    assert (shaky.capacity, shaky.first_failing, shaky.outcome, shaky.converged) == (8, 9, "undecided", False)
+    assert shaky.to_json()["probes"][-1]["decided"] is False
+
+
+def test_the_fitted_curve_is_non_increasing_and_keeps_what_already_is():
+    assert non_increasing_fit([1.0, 0.9, 0.5], [10, 10, 10]) == [1.0, 0.9, 0.5]
+    # 0.7 then 0.9 is upside down: pooled to their weighted mean, (0.7 x 10 + 0.9 x 30) / 40.
+    assert non_increasing_fit([1.0, 0.7, 0.9, 0.2], [10, 10, 30, 10]) == pytest.approx([1.0, 0.85, 0.85, 0.2])
+    # Linear between probes: 0.95 at 8 and 0.75 at 16 cross 0.9 a quarter of the way, at 10.
+    assert crossing([4, 8, 16], [1.0, 0.95, 0.75], 0.9, integer=True) == 10
+    assert crossing([1.0, 2.0], [0.95, 0.85], 0.9, integer=False) == pytest.approx(1.5)
+    assert crossing([4, 8], [0.8, 0.5], 0.9, integer=True) == -math.inf  # below the lowest probe
+    assert crossing([4, 8], [1.0, 0.95], 0.9, integer=True) == math.inf  # at least the highest
+
+
+def test_the_capacity_interval_covers_a_planted_crossing_and_narrows_with_more_requests():
+    """Attainment falls linearly from 1 at c = 8 to 0.5 at c = 40, so it crosses 0.9 at c = 14.4:
+    the estimate from probes of n requests each lies within its interval, and 16 times the
+    requests give an interval about a quarter as wide."""
+    truth = {8: 1.0, 16: 0.875, 24: 0.75, 32: 0.625}
+
+    def estimate(n, seed):
+        rng = random.Random(seed)
+        probes = [(c, sum(rng.random() < p for _ in range(n)), n) for c, p in truth.items()]
+        return capacity_estimate(probes, 0.9, integer=False, seed=seed)
+
+    covered, widths = 0, {}
+    for n in (40, 640):
+        for seed in range(20):
+            result = estimate(n, seed)
+            low, high = result["ci95"]
+            assert low <= result["value"] <= high
+            covered += n == 40 and low <= 14.4 <= high
+            widths.setdefault(n, []).append(high - low)
+    assert covered >= 17  # 95 % intervals: at least 17 of 20 cover the truth (chance of fewer: 1.6 %)
+    assert sorted(widths[640])[10] < 0.4 * sorted(widths[40])[10]
+    # Every probe met: the capacity is at least the highest probe, and the interval says so.
+    ceiling = capacity_estimate([(8, 40, 40), (16, 40, 40)], 0.9, integer=True)
+    assert ceiling["value"] == "above" and ceiling["ci95"][1] == "above"
+    assert capacity_estimate([], 0.9, integer=True)["value"] is None
 
 
 def scrapes(*states, preempt_at=None):

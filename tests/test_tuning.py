@@ -24,8 +24,9 @@ SLO_MS = {"ttft": 150, "tpot": 68}
 ENGINE = {"max_model_len": 256, "kv_cache_gib": 0.25, "block_size": 16, "enable_prefix_caching": False}
 CAPACITY = {
     "attainment": 0.9,
-    "requests_per_probe": 8,
-    "repeats": 2,
+    "window_s": 0.3,
+    "window_requests": 12,  # few: probes are undecided and steer the search by their point estimates
+    "repeats": 1,
     "start_concurrency": 2,
     "max_concurrency": 32,
     "max_probes": 8,
@@ -66,11 +67,11 @@ def test_each_cell_runs_its_own_settings_and_the_best_cell_serves_the_most(tmp_p
     (model / "model.json").write_text(json.dumps({"name": "m"}))
     workload = tmp_path / "workload.jsonl"
     rows = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"}
-            for i in range(4)]  # fmt: skip
+            for i in range(400)]  # fmt: skip
     workload.write_text("".join(json.dumps(row) + "\n" for row in rows))
     artifact = tmp_path / "tuning.json"
     stage = StageRun.of(
-        input={"model": model, "workload": workload},
+        input={"model": model, "workload": workload, "pool": workload},
         output={"tuning": artifact},
         log={"rule": tmp_path / "tuning.log", "servers": tmp_path / "servers"},
         params={

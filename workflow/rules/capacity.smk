@@ -14,6 +14,7 @@ rule slo_capacity:
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
+        pool=rules.workload.output.pool,
         code=script_code("slo_capacity"),
     params:
         device=config["hardware"]["device"],

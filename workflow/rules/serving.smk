@@ -106,6 +106,7 @@ rule tuning:
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
+        pool=rules.workload.output.pool,
         code=script_code("tuning"),
     params:
         device=config["hardware"]["device"],

@@ -1,7 +1,9 @@
 rule workload:
-    """One seeded prompt set that every later stage runs, token counts from the model's tokenizer."""
+    """One seeded prompt set that every later stage runs, and the distinct requests the serving
+    passes draw from, token counts from the model's tokenizer."""
     output:
         requests="results/{model}/workload.jsonl",
+        pool="results/{model}/request_pool.jsonl",
         summary="results/{model}/workload_summary.json",
     input:
         model=rules.model.output[0],

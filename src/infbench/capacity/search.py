@@ -8,7 +8,9 @@ the target share of requests met every SLO.
     bisect    probe the middle of [last passing, first failing] until the bracket is within
               `tolerance` of its lower end (and, for a concurrency, one request in flight)
 
-The capacity is the last passing load; the first failing one bounds it from above.
+The capacity is the last passing load; the first failing one bounds it from above. A probe
+may be undecided (its attainment interval straddles the target after every pass allowed): it
+steers the search by its point estimate, but a bracket with an undecided end is not converged.
 """
 
 from __future__ import annotations
@@ -34,12 +36,6 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
     return (low, high)
 
 
-def clearly_below(successes: int, n: int, target: float) -> bool:
-    """The whole 95 % interval of the attainment lies below the target: more passes of this
-    probe could not make it pass, so the probe stops early."""
-    return wilson_interval(successes, n)[1] < target
-
-
 @dataclass
 class Probe:
     """One probed load: whether its pooled attainment met the target, with everything measured."""
@@ -47,6 +43,7 @@ class Probe:
     load: float
     met: bool
     record: dict = field(default_factory=dict)
+    decided: bool = True  # False: the interval straddled the target; `met` is the point estimate
 
 
 # How a search ended. Only `bracketed` is converged: both ends of the bracket were probed and
@@ -56,12 +53,14 @@ OUTCOMES = {
     "none_met": "not converged: even the lowest load missed the SLO, so the capacity is below it",
     "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
     "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
+    "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
 }
 
 OUTCOME_FIXES = {
     "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
     "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
+    "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
 }
 
 
@@ -83,7 +82,7 @@ class SearchResult:
             "converged": self.converged,
             "outcome": self.outcome,
             "attainment_rises": attainment_rises(self.probes),
-            "probes": [{"load": p.load, "met": p.met, **p.record} for p in self.probes],
+            "probes": [{"load": p.load, "met": p.met, "decided": p.decided, **p.record} for p in self.probes],
         }
 
 
@@ -168,6 +167,10 @@ def search(
         outcome = "ceiling_met" if passing >= ceiling else "unfinished"
     else:
         outcome = "bracketed" if narrow_enough(passing, failing, integer, tolerance) else "unfinished"
+    # The last probe of each end decides it: an undecided one leaves the bracket unproven.
+    ends = [p for p in probes if p.load in (passing, failing)]
+    if outcome == "bracketed" and not all(p.decided for p in ends):
+        outcome = "undecided"
     return SearchResult(passing, failing, probes, outcome)
 
 

@@ -1,43 +1,50 @@
 """SLO capacity measured on a running server: the highest concurrency (closed loop) and the
 highest request rate (open loop) at which at least `attainment` of requests meet every SLO
-of `load.slo_ms`, each probe a few passes of the load client after an untimed warm-up.
+of `load.slo_ms`, each probe one or more windowed passes (`serving.window`): only requests
+sent in a steady-state window, after the ramp, are counted, and the load is held until the
+last of them has finished. Requests are distinct: drawn from request_pool.jsonl without
+replacement, never twice in one probe.
 
-    attainment  = requests that succeeded within every SLO / requests sent (pooled over passes)
+    attainment  = counted requests that succeeded within every SLO / counted requests
+                  (pooled over the probe's passes; a failed request misses)
     its interval: 95 % Wilson score interval of that proportion
-    a probe passes when the pooled attainment reaches the target; it stops early when the
-    whole interval already lies below the target, or (open loop) when the server clearly falls
-    behind: its queue growing, or, over a long enough pass, its achieved rate under
-    SATURATED_SHARE of the rate they were sent at
+    decision    met when the whole interval is at or above the target, missed when it lies
+                wholly below it or the server fell behind (open loop: its queue growing over
+                the window, or it completed under SATURATED_SHARE of the rate requests were
+                sent at), else undecided: another pass, up to capacity.repeats; a probe still
+                undecided then is met or missed by its point estimate and marked undecided
+    capacity    the last met load of the bracket, and (`estimate`) the load where attainment
+                fitted over every probe crosses the target, with a bootstrap 95 % interval
 
 The concurrency search is seeded by the KV simulator: the requests that fit the engine's
 pool at once at their peak footprint (block-exact, vLLM's null block excluded). The rate search
 starts at the request rate the closed loop served at its capacity (Little's law) and goes no
-higher than the most requests per second any closed-loop probe completed: past the server's
-throughput an open loop's queue grows without bound.
+higher than the most requests per second any closed-loop probe completed (past the server's
+throughput an open loop's queue grows without bound); its windows last at least LONG_PASS
+median latencies of the closed loop at its capacity, so that a queue has time to show.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from infbench.capacity.search import Probe, binding_limit, clearly_below, search, wilson_interval
+from infbench.capacity.estimate import capacity_estimate
+from infbench.capacity.search import Probe, binding_limit, search, wilson_interval
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
-from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
-from infbench.serving.level_checks import open_loop_rates
-from infbench.serving.sweep import Level, warmup_requests
+from infbench.serving.client import LoadRequest, load_request
+from infbench.serving.window import RequestSupply, Window, WindowRun, run_window
 
-# An open-loop pass whose server completes requests at under this share of the rate they were
-# sent at is clearly saturated: its queue grows without bound, whatever the latencies so far.
-# Only over a send phase many request latencies long (LONG_PASS median E2E latencies), and only
-# at half: the spread of the requests' own latencies moves the completion span by a quarter
-# over a pass of a few dozen requests even when the server keeps up.
+# An open-loop pass whose server completed requests during the window at under this share of
+# the rate they were sent at is clearly saturated: its queue grows without bound.
 SATURATED_SHARE = 0.5
+# Open-loop windows last at least this many median E2E latencies (of the closed loop at its
+# capacity): long enough for a queue to build where the server cannot keep up.
 LONG_PASS = 10
-# Requests waiting, averaged over the second half of the send phase, above the first half's by
+# Requests waiting, averaged over the second half of the window, above the first half's by
 # at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
 
@@ -47,12 +54,13 @@ def pooled_latency(results, name: str, q: float) -> float | None:
     return percentile([v * MS for v in values], q) if values else None
 
 
-def queue_growing(run: LevelRun) -> bool:
-    """Requests waiting in the server rose over the send phase (open loop)."""
-    if not run.scheduled:
+def queue_growing(run: WindowRun) -> bool:
+    """Requests waiting in the server rose over the window."""
+    if not run.window_s:
         return False
-    end = run.scheduled[-1]
-    samples = [s for s in run.metrics.samples if 0 <= s["t"] <= end and "vllm:num_requests_waiting" in s]
+    samples = [
+        s for s in run.metrics.samples if run.opened_s <= s["t"] <= run.closed_s and "vllm:num_requests_waiting" in s
+    ]
     if len(samples) < 4:
         return False
     half = len(samples) // 2
@@ -61,23 +69,36 @@ def queue_growing(run: LevelRun) -> bool:
     return second - first >= QUEUE_GROWTH
 
 
-def pass_record(run: LevelRun, slo_ms: dict) -> dict:
-    """One pass of a probe: its attainment, throughput, latency percentiles and server state."""
-    results = [s.result for s in run.results]
-    summary = aggregate(results, run.duration_s)
-    rates = open_loop_rates(run) or {}
+def decision(met: int, counted: int, target: float, saturated: bool = False) -> str:
+    """met / missed / undecided, by the 95 % Wilson interval of met / counted against the target."""
+    low, high = wilson_interval(met, counted)
+    if saturated or high < target:
+        return "missed"
+    return "met" if low >= target else "undecided"
+
+
+def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
+    """One windowed pass of a probe: its window, requests sent and counted, attainment over the
+    counted ones, throughput over the window, latency percentiles and server state."""
+    counted = [s.result for s in run.counted_results]
+    window = run.window_s
+    summary = aggregate(counted, window or run.ended_s)
     series = run.metrics
-    running = [s["vllm:num_requests_running"] for s in series.samples if "vllm:num_requests_running" in s]
+    in_window = [s for s in series.samples if run.opened_s is not None and run.opened_s <= s["t"] <= run.closed_s]
+    running = [s["vllm:num_requests_running"] for s in in_window if "vllm:num_requests_running" in s]
     preemptions = series.first_last("vllm:num_preemptions_total")
-    achieved, offered = rates.get("achieved"), rates.get("offered")
-    long_enough = bool(run.scheduled) and run.scheduled[-1] >= LONG_PASS * summary["median_e2el_ms"] / MS
-    behind = bool(offered) and long_enough and achieved < SATURATED_SHARE * rates["sent"]
-    growing = queue_growing(run)
+    sent_rate = len(counted) / window if window else None
+    completed_rate = run.completed_in_window() / window if window else None
+    behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
+    growing = open_loop and queue_growing(run)
     return {
-        "requests": len(results),
-        "met_slo": sum(meets_slo(r, slo_ms) for r in results),
+        "window_s": [run.opened_s, run.closed_s],
+        "sent": len(run.results),
+        "requests": len(counted),
+        "supply_exhausted": run.exhausted,
+        "met_slo": sum(meets_slo(r, slo_ms) for r in counted),
         "failed": summary["failed"],
-        "duration_s": run.duration_s,
+        "duration_s": run.ended_s,
         "output_throughput": summary["output_throughput"],
         "request_throughput": summary["request_throughput"],
         "median_ttft_ms": summary["median_ttft_ms"],
@@ -85,9 +106,10 @@ def pass_record(run: LevelRun, slo_ms: dict) -> dict:
         "median_tpot_ms": summary["median_tpot_ms"],
         "p99_tpot_ms": summary["p99_tpot_ms"],
         "median_itl_ms": summary["median_itl_ms"],
+        "median_e2el_ms": summary["median_e2el_ms"],
         "p99_e2el_ms": summary["p99_e2el_ms"],
-        "offered_request_rate": offered,
-        "achieved_request_rate": achieved,
+        "offered_request_rate": sent_rate if open_loop else None,
+        "achieved_request_rate": completed_rate if open_loop else None,
         "queue_growing": growing,
         "saturated": behind or growing,
         "mean_num_requests_running": sum(running) / len(running) if running else None,
@@ -95,20 +117,21 @@ def pass_record(run: LevelRun, slo_ms: dict) -> dict:
         "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
         "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
         "preemptions": preemptions[1] - preemptions[0] if series.available else None,
-        # Every scrape: the binding limit is read from values that co-occurred.
-        "metrics_series": series.samples,
+        # The window's scrapes: the binding limit is read from values that co-occurred.
+        "metrics_series": in_window,
     }
 
 
 def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) -> dict:
-    """A probe over its passes: pooled attainment (the share of requests that completed within
-    every SLO at once, failed ones missing) with its interval, pooled percentiles over the
-    completed requests (among them each latency at the target's percentile, interpolated: near
-    the line a single SLO would draw, not the joint rule), the throughput's mean and 95 %
-    interval across passes, and the server's peaks."""
-    sent = sum(p["requests"] for p in passes)
+    """A probe over its passes: pooled attainment over the counted requests (the share that
+    completed within every SLO at once, failed ones missing) with its interval and decision,
+    pooled percentiles over the completed ones (among them each latency at the target's
+    percentile, interpolated: near the line a single SLO would draw, not the joint rule), the
+    throughput's mean and 95 % interval across passes, and the server's peaks."""
+    counted = sum(p["requests"] for p in passes)
     met = sum(p["met_slo"] for p in passes)
-    low, high = wilson_interval(met, sent)
+    low, high = wilson_interval(met, counted)
+    saturated = any(p["saturated"] for p in passes)
 
     def peak(key):
         values = [p[key] for p in passes if p[key] is not None]
@@ -117,10 +140,13 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
     preemptions = [p["preemptions"] for p in passes if p["preemptions"] is not None]
     return {
         "passes": len(passes),
-        "requests": sent,
+        "requests": counted,
+        "sent": sum(p["sent"] for p in passes),
         "met_slo": met,
-        "attainment": met / sent if sent else 0.0,
+        "attainment": met / counted if counted else 0.0,
         "attainment_ci95": [low, high],
+        "decision": decision(met, counted, target, saturated),
+        "supply_exhausted": any(p["supply_exhausted"] for p in passes),
         "output_throughput": summarize(p["output_throughput"] for p in passes).to_json(),
         "request_throughput": summarize(p["request_throughput"] for p in passes).to_json(),
         "p99_ttft_ms": pooled_latency(pooled, "ttft", 99),
@@ -131,10 +157,11 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
         },
         "median_ttft_ms": pooled_latency(pooled, "ttft", 50),
         "median_tpot_ms": pooled_latency(pooled, "tpot", 50),
+        "median_e2el_ms": pooled_latency(pooled, "e2el", 50),
         "median_itl_ms": percentile([g * MS for r in pooled if r.success for g in r.itl], 50)
         if any(r.itl for r in pooled)
         else None,
-        "saturated": any(p["saturated"] for p in passes),
+        "saturated": saturated,
         "stopped_early": len(passes) < repeats,
         "peak_num_requests_running": peak("peak_num_requests_running"),
         "peak_num_requests_waiting": peak("peak_num_requests_waiting"),
@@ -165,18 +192,30 @@ def predicted_kv_concurrency(requests: list[LoadRequest], kv: dict, max_model_le
 
 class CapacityProbes:
     """Measures probes of one kind (closed-loop `concurrency` or open-loop `request_rate`) on
-    a running server, with the capacity settings of the config."""
+    a running server, with the capacity settings of the config, every probe drawing distinct
+    requests from `pool` (request_pool.jsonl) in a seeded order."""
 
     def __init__(
-        self, server, workload: list[dict], settings: dict, load: dict, *, seed: int, timeout_s: float, progress=print
+        self,
+        server,
+        workload: list[dict],
+        pool: list[dict],
+        settings: dict,
+        load: dict,
+        *,
+        seed: int,
+        timeout_s: float,
+        progress=print,
     ):
         self.server, self.workload, self.settings, self.load = server, workload, settings, load
         self.seed, self.timeout_s, self.progress = seed, timeout_s, progress
         self.api = workload[0]["api"]
-        self.sustained_concurrency = 0  # the concurrency capacity, once searched
+        self.supply = RequestSupply(pool, load_request, seed)
+        self.window = Window(settings["window_s"], settings["window_requests"])
         # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
         arrivals = workload_trace(workload)
         self.trace = TraceArrivals(arrivals) if replayable(arrivals) else None
+        self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
 
     def arrivals_for(self, rate: float) -> Arrivals | TraceArrivals:
         """An open-loop probe's schedule at `rate` req/s: vLLM's gamma gaps, or the trace's own
@@ -185,27 +224,14 @@ class CapacityProbes:
             return TraceArrivals(self.trace.arrival_s, rate / self.trace.rate)
         return Arrivals(rate, self.load["burstiness"])
 
-    def requests_for(self, mode: str, load: float) -> list[LoadRequest]:
-        """A closed loop needs twice its concurrency of requests to spend most of the pass at it;
-        an open loop, twice the concurrency the server sustains within the SLO (set once that
-        search is done), or a high rate would send the whole pass as one burst. A trace's
-        open-loop probe replays its requests, once each."""
-        if mode != "concurrency" and self.trace is not None:
-            return trace_requests(self.workload)
-        count = self.settings["requests_per_probe"]
-        if mode == "concurrency":
-            count = max(count, 2 * int(load))
-        else:
-            count = max(count, 2 * self.sustained_concurrency)
-        return cycle_requests(self.workload, count)
-
-    def run(self, requests, concurrency, arrivals, seed) -> LevelRun:
-        """One pass; a server that died during it stops the search (its failures are no measurement)."""
+    def run(self, requests, window: Window, concurrency, arrivals, seed) -> WindowRun:
+        """One windowed pass; a server that died during it stops the search (its failures are no measurement)."""
         run = asyncio.run(
-            run_level(
+            run_window(
                 self.server.base_url,
                 self.server.served_name,
                 requests,
+                window=window,
                 concurrency=concurrency,
                 arrivals=arrivals,
                 seed=seed,
@@ -219,54 +245,72 @@ class CapacityProbes:
         if not self.server.alive():
             failed = sum(not s.result.success for s in run.results)
             raise ServerError(
-                f"the server stopped answering during the capacity search: {failed} of {len(requests)} requests "
+                f"the server stopped answering during the capacity search: {failed} of {len(run.results)} requests "
                 f"failed; its log:\n{self.server.log_tail()}"
             )
         return run
 
-    def probe(self, mode: str, load: float) -> Probe:
+    def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
+        """Windowed passes at one load until the attainment interval decides it (met or
+        missed) or capacity.repeats passes were run; every pass draws on the probe's one run of
+        distinct requests (a trace: its requests, replayed once a pass)."""
         closed = mode == "concurrency"
         concurrency = int(load) if closed else None
         arrivals = None if closed else self.arrivals_for(load)
-        requests = self.requests_for(mode, load)
-        warm = warmup_requests(requests, Level(concurrency, arrivals, self.api))
-        self.run(warm, len(warm), None, self.seed)  # untimed, outputs cut short
+        window = window or self.window
+        replay = not closed and self.trace is not None
+        supply = None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load["slo_ms"], self.settings["repeats"]
         passes, pooled = [], []
         for index in range(repeats):
-            run = self.run(requests, concurrency, arrivals, self.seed + index)
-            record = pass_record(run, slo_ms)
+            requests = iter([load_request(r, index) for r in self.trace_rows]) if replay else supply
+            run = self.run(requests, window, concurrency, arrivals, self.seed + index)
+            record = pass_record(run, slo_ms, open_loop=not closed)
             passes.append(record)
-            pooled += [s.result for s in run.results]
-            met, sent = sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes)
-            if clearly_below(met, sent, target) or record["saturated"]:
+            pooled += [s.result for s in run.counted_results]
+            met, counted = sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes)
+            if decision(met, counted, target, record["saturated"]) != "undecided" or record["supply_exhausted"]:
                 break
         record = probe_record(passes, pooled, repeats, target)
         record["mode"] = mode
         record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
-        met = record["attainment"] >= target and not record["saturated"]
+        record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
+        verdict = record["decision"]
+        met = verdict == "met" or (verdict == "undecided" and record["attainment"] >= target)
         shown = f"c={int(load)}" if closed else f"{load:.2f} req/s"
+        low, high = record["attainment_ci95"]
         self.progress(
-            f"probe {shown}: {record['attainment'] * 100:.0f} % within the SLO "
-            f"[{record['attainment_ci95'][0] * 100:.0f}, {record['attainment_ci95'][1] * 100:.0f}] over "
-            f"{record['passes']} pass(es), p99 TTFT {record['p99_ttft_ms'] or 0:.0f} ms, p99 TPOT "
-            f"{record['p99_tpot_ms'] or 0:.1f} ms, {record['output_throughput']['mean']:.1f} output tok/s: "
-            + ("met" if met else "missed" + (" (saturated)" if record["saturated"] else ""))
+            f"probe {shown}: {record['attainment'] * 100:.0f} % of {record['requests']} counted requests "
+            f"({record['sent']} sent) within the SLO [{low * 100:.0f}, {high * 100:.0f}] over {record['passes']} "
+            f"window(s) of {window.seconds:g} s, p99 TTFT {record['p99_ttft_ms'] or 0:.0f} ms, p99 TPOT "
+            f"{record['p99_tpot_ms'] or 0:.1f} ms, {record['output_throughput']['mean']:.1f} output tok/s: {verdict}"
+            + (" (saturated)" if record["saturated"] else "")
+            + (f", so {'met' if met else 'missed'} by its point estimate" if verdict == "undecided" else "")
+            + (" (the request pool ran out: raise workload.pool_requests)" if record["supply_exhausted"] else "")
         )
-        return Probe(load, met, record)
+        return Probe(load, met, record, decided=verdict != "undecided")
 
 
 def highest_completion_rate(probes: list[Probe]) -> float:
-    """The most requests per second any closed-loop probe completed (mean over its passes): the
-    rate search's ceiling. An open loop above the server's throughput builds a queue without
-    bound, but a pass of a few dozen requests sent faster than that is one burst, served as a
-    closed loop would serve it, and can meet the SLO: such rates are not probed."""
+    """The most requests per second any closed-loop probe completed in its windows (mean over
+    its passes): the rate search's ceiling. Past the server's throughput an open loop builds
+    a queue without bound, so such rates are not probed."""
     return max((p.record["request_throughput"]["mean"] for p in probes), default=0.0)
+
+
+def rate_window(settings: dict, concurrency_record: dict) -> Window:
+    """The rate search's window: at least LONG_PASS median E2E latencies of the closed loop at
+    its capacity (at its lowest probe where none met), and at least capacity.window_s."""
+    probes = concurrency_record["probes"]
+    at = concurrency_record["at_capacity"] or min(probes, key=lambda p: p["load"])
+    latency_s = (at.get("median_e2el_ms") or 0.0) / MS
+    return Window(max(settings["window_s"], LONG_PASS * latency_s), settings["window_requests"])
 
 
 def search_capacity(
     server,
     workload: list[dict],
+    pool: list[dict],
     settings: dict,
     load: dict,
     kv: dict,
@@ -279,13 +323,14 @@ def search_capacity(
 ) -> dict:
     """The concurrency search (seeded by the KV prediction), then the rate search (seeded by
     the request rate served at the concurrency capacity, up to the highest completion rate),
-    with the limit that binds each."""
-    probes = CapacityProbes(server, workload, settings, load, seed=seed, timeout_s=timeout_s, progress=progress)
+    each with its capacity estimate and interval and the limit that binds it."""
+    probes = CapacityProbes(server, workload, pool, settings, load, seed=seed, timeout_s=timeout_s, progress=progress)
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
-    predicted = predicted_kv_concurrency(probes.requests_for("concurrency", 1), kv, max_model_len) if kv else None
+    rows = probes.supply.rows  # in the order the probes draw them
+    predicted = predicted_kv_concurrency([load_request(r, 0) for r in rows], kv, max_model_len) if kv else None
     kv_full_usage = 1.0
     if kv:
-        largest = max(blocks_for(r["prompt_tokens"] + r["max_tokens"], kv["block_size"]) for r in workload)
+        largest = max(blocks_for(r["prompt_tokens"] + r["max_tokens"], kv["block_size"]) for r in pool)
         kv_full_usage = 1 - largest / (kv["num_blocks"] - 1)
 
     def outcome(mode: str, result) -> dict:
@@ -298,6 +343,12 @@ def search_capacity(
             **binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs),
         }
         record["at_capacity"] = by_load.get(result.capacity)
+        record["estimate"] = capacity_estimate(
+            [(p.load, p.record["met_slo"], p.record["requests"]) for p in result.probes],
+            settings["attainment"],
+            integer=mode == "concurrency",
+            seed=seed,
+        )
         return record
 
     if predicted:
@@ -315,11 +366,12 @@ def search_capacity(
     record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency)}
     if settings["rate"]:
         served = record["concurrency"]["at_capacity"]
-        probes.sustained_concurrency = int(concurrency.capacity or 0)
+        window = rate_window(settings, record["concurrency"])
+        progress(f"rate search: windows of {window.seconds:.1f} s (at least {LONG_PASS} median latencies)")
         # Little's law: the closed loop at its capacity completed requests at this rate.
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
         rate = search(
-            lambda r: probes.probe("request_rate", r),
+            lambda r: probes.probe("request_rate", r, window),
             start=start,
             floor=settings["min_rate"],
             ceiling=max(start, highest_completion_rate(concurrency.probes)),

@@ -40,6 +40,25 @@ def capacity_text(mode: str, search: dict) -> str:
     )
 
 
+def estimate_text(mode: str, estimate: dict | None) -> str:
+    """The fitted capacity with its interval, e.g. `c=44 [38, 51]`; an end outside the probed
+    range as `below c=8` or `above c=64`."""
+    if not estimate or estimate["value"] is None:
+        return "none"
+
+    def end(value):
+        if value == "below":
+            return f"below {load_text(mode, estimate['lowest_probe'])}"
+        if value == "above":
+            return f"above {load_text(mode, estimate['highest_probe'])}"
+        return load_text(mode, value)
+
+    low, high = estimate["ci95"]
+    value = estimate["value"]
+    shown = f"at least {load_text(mode, estimate['highest_probe'])}" if value == "above" else end(value)
+    return f"{shown} [95 % CI {end(low)} to {end(high)}]"
+
+
 def probe_text(mode: str, probe: dict | None) -> str:
     """A probe as `c=8: 94 % [83, 98] within the SLO`."""
     if probe is None:
@@ -64,6 +83,7 @@ def search_rows(capacity: dict) -> list[dict]:
             {
                 "search": name,
                 "SLO capacity": capacity_text(mode, search),
+                "fitted capacity": estimate_text(mode, search.get("estimate")),
                 "last passing probe": probe_text(mode, probes.get(search["capacity"])),
                 "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
                 "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
@@ -83,10 +103,14 @@ def probe_table(capacity: dict) -> pd.DataFrame:
             rows.append(
                 {
                     "probe": load_text(mode, probe["load"]),
-                    "met": "yes" if probe["met"] else "no",
+                    "decision": probe["decision"]
+                    if probe["decision"] != "undecided"
+                    else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)",
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
-                    "passes": probe["passes"],
+                    "counted / sent": f"{probe['requests']} / {probe['sent']}",
+                    "windows": probe["passes"],
+                    "window s": probe["window"]["seconds"],
                     "output tok/s": probe["output_throughput"]["mean"],
                     "p99 TTFT ms": probe["p99_ttft_ms"],
                     "p99 TPOT ms": probe["p99_tpot_ms"],
@@ -147,6 +171,59 @@ def slo_figure(capacity: dict):
     )
 
 
+def attainment_figure(capacity: dict, mode: str):
+    """One search's probes: attainment with its 95 % interval against load, the fitted curve
+    the capacity is read from, and the target; None where the search did not run."""
+    search = capacity.get(mode)
+    if not search:
+        return None
+    target = capacity["attainment_target"]
+    fitted = {point["load"]: point["fitted"] for point in search["estimate"]["curve"]}
+    frame = pd.DataFrame(
+        [
+            {
+                "load": probe["load"],
+                "attainment": probe["attainment"],
+                "ci95_low": probe["attainment_ci95"][0],
+                "ci95_high": probe["attainment_ci95"][1],
+                "fitted": fitted.get(probe["load"]),
+                "decision": probe["decision"],
+            }
+            for probe in search["probes"]
+        ]
+    ).sort_values("load")
+
+    def draw(ax):
+        colours = {"met": "#2a7ab0", "missed": "#d9534f", "undecided": "#999999"}
+        for decision, part in frame.groupby("decision"):
+            ax.errorbar(
+                part["load"],
+                part["attainment"],
+                yerr=[part["attainment"] - part["ci95_low"], part["ci95_high"] - part["attainment"]],
+                fmt="o",
+                color=colours[decision],
+                capsize=3,
+                label=decision,
+            )
+        ax.plot(frame["load"], frame["fitted"], color="#555555", lw=1, label="non-increasing fit")
+        ax.axhline(target, color="#d9534f", lw=1.2, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("requests in flight" if mode == "concurrency" else "request rate, req/s")
+        ax.set_ylabel("share of counted requests within the SLO")
+        ax.legend(fontsize=7, frameon=False)
+
+    name = "requests in flight" if mode == "concurrency" else "request rate"
+    return figure(
+        f"Attainment against load ({name}), every probe, with the target",
+        draw,
+        frame,
+        f"Each point a probe: the share of its counted requests that met every SLO, with its 95 % Wilson "
+        f"interval; blue met (interval at or above the target), red missed (below it, or the open loop fell "
+        f"behind), grey undecided. The line is the non-increasing fit the capacity and its interval are read "
+        f"from; the dashed line is the target, {100 * target:g} %.",
+    )
+
+
 def view(capacity: dict | None) -> dict | None:
     """What the section shows; None where the capacity search did not run."""
     if not capacity:
@@ -157,7 +234,16 @@ def view(capacity: dict | None) -> dict | None:
     at_binding = next(p for p in capacity["concurrency"]["probes"] if p["load"] == binding["at"])
     cost = capacity["cost"]
     endpoint = capacity["endpoint"]
-    figure_ = slo_figure(capacity)
+    figures = [
+        f
+        for f in (
+            attainment_figure(capacity, "concurrency"),
+            attainment_figure(capacity, "request_rate"),
+            slo_figure(capacity),
+        )
+        if f is not None
+    ]
+    window = capacity["settings"]
     return {
         "target": target,
         "slo": [(metric.upper(), limit) for metric, limit in capacity["slo_ms"].items()],
@@ -187,6 +273,11 @@ def view(capacity: dict | None) -> dict | None:
         if capacity.get("request_rate", {}).get("trace_rate")
         else None,
         "summary": pd.DataFrame(search_rows(capacity)),
-        "figures": [figure_] if figure_ else [],
+        "figures": figures,
+        "window": {"seconds": window["window_s"], "requests": window["window_requests"], "repeats": window["repeats"]},
+        "rate_window_s": fmt(capacity["request_rate"]["probes"][0]["window"]["seconds"], 1)
+        if capacity.get("request_rate")
+        else None,
+        "estimate_method": capacity["concurrency"]["estimate"]["method"],
         "probes": probe_table(capacity),
     }

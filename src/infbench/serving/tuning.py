@@ -27,6 +27,7 @@ def run_tuning(
     spec: ServerSpec,
     log_dir,
     workload: list[dict],
+    pool: list[dict],
     tuning: dict,
     request_timeout_s: float,
     load: dict,
@@ -66,6 +67,7 @@ def run_tuning(
             searched = search_capacity(
                 server,
                 workload,
+                pool,
                 {**capacity, "rate": False},
                 load,
                 kv,

@@ -339,6 +339,39 @@ def build_workload(
     return requests + sampled, source
 
 
+def pool_requests(
+    prompts: Prompts,
+    workload: dict,
+    requests: list[Request],
+    max_model_len: int,
+    seed: int,
+    source_path: Path | None = None,
+) -> list[Request]:
+    """The distinct requests the serving passes draw from without replacement (request_pool.jsonl),
+    `workload.pool_requests` of them: a trace's own requests; a dataset's rows sampled without
+    replacement among those that fit (fewer where the file has fewer); synthetic requests of the
+    workload's length distributions, each prompt words of the passage's vocabulary seeded by its
+    index (distinct from their first words, so that no two share a prefix by accident)."""
+    kind, count = workload.get("source", "synthetic"), workload["pool_requests"]
+    if kind == "trace":
+        return [r for r in requests if r.kind == "trace"]
+    if kind == "dataset":
+        dataset = {**workload["dataset"], "num_requests": count}
+        return dataset_requests(prompts, dataset, Path(source_path), max_model_len, random.Random(seed + 1))[0]
+    rng = random.Random(seed + 1)
+    prompt_dist, output_dist = length_distributions(workload["synthetic"])
+    prompt_lens = lognormal_lengths(rng, count, *(prompt_dist[k] for k in ("mean", "sigma", "min", "max")))
+    output_lens = lognormal_lengths(rng, count, *(output_dist[k] for k in ("mean", "sigma", "min", "max")))
+    overhead, pool = prompts.overhead(), []
+    for index, (prompt_len, output_len) in enumerate(zip(prompt_lens, output_lens)):
+        prompt_len = max(1, min(prompt_len, max_model_len - 8 - overhead))
+        text = seeded_text(prompts.tokenizer, f"pool-{seed}-{index}", prompt_len)
+        request = prompts.request(f"pool-{index:05d}", "synthetic", text, output_len)
+        request.max_tokens = max(1, min(output_len, max_model_len - request.prompt_tokens - 4))
+        pool.append(request)
+    return pool
+
+
 def workload_summary(tokenizer, workload: dict, requests: list[Request], source: dict) -> dict:
     """What the workload is and where it came from, for the report and run comparisons."""
     template = getattr(tokenizer, "chat_template", None)

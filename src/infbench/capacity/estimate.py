@@ -1,0 +1,106 @@
+"""A capacity with error bars, from every probe of a search rather than the last passing one.
+
+    curve     attainment against load, fitted non-increasing over the probed loads (pool
+              adjacent violators, each probe weighted by its counted requests): more load never
+              helps a server meet its SLO, so the fit keeps the measured shape and irons out
+              only what noise put upside down
+    capacity  where the fitted curve, joined linearly between probed loads, falls to the target:
+              the highest load at which it is at least the target (a concurrency: rounded down
+              to a whole number); below the lowest probe or at least the highest when the curve
+              never crosses inside the probed range
+    interval  95 % percentile bootstrap: each probe's counted requests redrawn with
+              replacement (its met count ~ Binomial(n, its measured attainment)), the curve
+              refitted and the crossing found again, BOOTSTRAP_ROUNDS times
+
+The interval treats a probe's counted requests as independent given its load: it holds the
+sampling noise of the windows measured, not the machine's drift between runs (the
+reproducibility figure measures that).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BOOTSTRAP_ROUNDS = 2000
+BELOW, ABOVE = -math.inf, math.inf  # the crossing lies below the lowest probe / above the highest
+
+
+def non_increasing_fit(values: list[float], weights: list[float]) -> list[float]:
+    """The weighted least-squares non-increasing sequence nearest `values` (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [weighted mean, weight, count]
+    for value, weight in zip(values, weights):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            mean, weight, count = blocks.pop()
+            previous = blocks[-1]
+            total = previous[1] + weight
+            previous[0] = (previous[0] * previous[1] + mean * weight) / total if total else (previous[0] + mean) / 2
+            previous[1], previous[2] = total, previous[2] + count
+    return [mean for mean, _, count in blocks for _ in range(count)]
+
+
+def crossing(loads: list[float], fitted: list[float], target: float, integer: bool) -> float:
+    """The highest load at which the fitted curve, linear between probed loads, is at least the
+    target; BELOW when even the lowest probe misses, ABOVE when the highest one meets it."""
+    if fitted[0] < target:
+        return BELOW
+    for (low, met), (high, missed) in zip(zip(loads, fitted), zip(loads[1:], fitted[1:])):
+        if missed < target:
+            x = low + (met - target) / (met - missed) * (high - low)
+            return math.floor(x + 1e-9) if integer else x
+    return ABOVE
+
+
+def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, integer: bool, seed: int = 0) -> dict:
+    """`probes`: (load, met, counted) per probe (a load probed twice pooled). The capacity from
+    the fitted curve, its 95 % bootstrap interval, and the fitted curve itself."""
+    pooled: dict[float, list[int]] = {}
+    for load, met, counted in probes:
+        kept = pooled.setdefault(load, [0, 0])
+        kept[0] += met
+        kept[1] += counted
+    loads = sorted(load for load, (_, n) in pooled.items() if n)
+    if not loads:
+        return {"value": None, "ci95": None, "curve": [], "method": METHOD}
+    met = np.array([pooled[load][0] for load in loads])
+    counted = np.array([pooled[load][1] for load in loads])
+    shares = met / counted
+    fitted = non_increasing_fit(shares.tolist(), counted.tolist())
+    value = crossing(loads, fitted, target, integer)
+    rng = np.random.default_rng(seed)
+    draws = rng.binomial(counted, shares, size=(BOOTSTRAP_ROUNDS, len(loads))) / counted
+    values = sorted(
+        crossing(loads, non_increasing_fit(row.tolist(), counted.tolist()), target, integer) for row in draws
+    )
+    low, high = values[int(0.025 * BOOTSTRAP_ROUNDS)], values[math.ceil(0.975 * BOOTSTRAP_ROUNDS) - 1]
+    return {
+        "value": shown(value),
+        "ci95": [shown(low), shown(high)],
+        "below_lowest_share": sum(v == BELOW for v in values) / BOOTSTRAP_ROUNDS,
+        "above_highest_share": sum(v == ABOVE for v in values) / BOOTSTRAP_ROUNDS,
+        "curve": [
+            {"load": load, "attainment": share, "fitted": fit, "counted": int(n)}
+            for load, share, fit, n in zip(loads, shares.tolist(), fitted, counted.tolist())
+        ],
+        "lowest_probe": loads[0],
+        "highest_probe": loads[-1],
+        "method": METHOD,
+    }
+
+
+def shown(value: float) -> float | str:
+    """A crossing as JSON: the load, or "below" / "above" the probed range."""
+    if value == BELOW:
+        return "below"
+    if value == ABOVE:
+        return "above"
+    return value
+
+
+METHOD = (
+    "attainment against load fitted non-increasing (pool adjacent violators, weighted by counted requests); "
+    "capacity = the highest load where the fit, linear between probes, is at least the target; 95 % percentile "
+    f"bootstrap over each probe's counted requests ({BOOTSTRAP_ROUNDS} rounds)"
+)

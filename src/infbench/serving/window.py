@@ -1,0 +1,266 @@
+"""A pass measured in a steady-state window: the load is held from the first request to the
+last counted one, and only requests that lived their whole life under that load are counted.
+
+    ramp      closed loop: until every one of the opening wave's c requests has completed
+              (every slot has turned over once, so sends are no longer in lockstep);
+              open loop: until the first request has completed (after about one latency the
+              requests in flight reach rate x latency, Little's law)
+    window    opens when the ramp ends and closes `seconds` later, or once `min_requests`
+              requests were sent in it, whichever is later
+    counted   the requests sent while the window was open
+    hold      after the window closes, slots are refilled (closed loop) or the schedule goes on
+              (open loop) until every counted request has finished; then whatever is still in
+              flight is cancelled and not counted
+
+Throughput is taken over the window: counted requests (and their output tokens) / window
+length, which in steady state is the completion rate. Requests come from a supply of distinct
+requests; one that runs dry ends sending (`exhausted`) and is reported, never cycled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
+from infbench.serving.arrivals import Arrivals, TraceArrivals
+from infbench.serving.client import LoadRequest, StreamedResult, openai_client, stream_request
+
+
+@dataclass(frozen=True)
+class Window:
+    seconds: float
+    min_requests: int = 0
+
+
+@dataclass
+class WindowRun:
+    results: list[StreamedResult]  # every request sent, in send order
+    counted: list[bool]  # per result: sent while the window was open
+    opened_s: float | None  # from the pass's start; None: the ramp never ended
+    closed_s: float | None
+    ended_s: float  # the pass's end: the last counted request finished (or sending stopped)
+    metrics: MetricsSeries
+    client_cpu_s: float
+    started: float  # perf_counter at the pass's start
+    exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
+    scheduled: list[float]  # open loop: the offsets of the requests sent; empty for a closed loop
+
+    @property
+    def counted_results(self) -> list[StreamedResult]:
+        return [r for r, counted in zip(self.results, self.counted) if counted]
+
+    @property
+    def window_s(self) -> float:
+        return (self.closed_s - self.opened_s) if self.opened_s is not None and self.closed_s is not None else 0.0
+
+    def completed_in_window(self) -> int:
+        """Requests of the pass (counted or not) that finished while the window was open."""
+        if not self.window_s:
+            return 0
+        start, end = self.started + self.opened_s, self.started + self.closed_s
+        return sum(1 for r in self.results if r.result.success and start <= r.sent_at + r.result.e2el < end)
+
+
+class _Pass:
+    """The bookkeeping of one pass: what was sent, when the window opened and closed, and the
+    counted requests still in flight."""
+
+    def __init__(self, window: Window, ramp: int, started: float):
+        self.window, self.ramp, self.started = window, ramp, started
+        self.sent: list[tuple[LoadRequest, float | None]] = []
+        self.results: dict[int, StreamedResult] = {}
+        self.counted: set[int] = set()
+        self.in_flight_counted = 0
+        self.ramp_left = ramp
+        self.opened = self.closed = None
+        self.exhausted = False
+        self.cut_short = False  # the supply or schedule ran out before the window was whole
+        self.done = asyncio.Event()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.started
+
+    def open_now(self) -> bool:
+        """Whether a request sent now is counted; closes the window when its time and its
+        request count are both reached."""
+        if self.opened is None or self.closed is not None:
+            return False
+        if self.now() - self.opened >= self.window.seconds and len(self.counted) >= self.window.min_requests:
+            self.closed = self.now()
+            return False
+        return True
+
+    def sending(self) -> bool:
+        return not self.done.is_set()
+
+    def on_send(self, request: LoadRequest, ready: float | None) -> int:
+        index = len(self.sent)
+        self.sent.append((request, ready))
+        if self.open_now():
+            self.counted.add(index)
+            self.in_flight_counted += 1
+        return index
+
+    def on_finish(self, index: int, streamed: StreamedResult) -> None:
+        self.results[index] = streamed
+        if index < self.ramp:
+            self.ramp_left -= 1
+            if self.ramp_left == 0 and self.opened is None:
+                self.opened = self.now()
+        if index in self.counted:
+            self.in_flight_counted -= 1
+        self.check_done()
+
+    def stop_sending(self) -> None:
+        """The supply ran dry: nothing more is sent; the window closes now if it was open."""
+        self.exhausted = True
+        if self.closed is None:
+            self.cut_short = True
+            if self.opened is not None:
+                self.closed = self.now()
+        self.check_done()
+
+    def check_done(self) -> None:
+        if self.in_flight_counted:
+            return
+        if self.closed is not None or (self.exhausted and len(self.results) == len(self.sent)):
+            self.done.set()
+        elif self.opened is not None:
+            self.open_now()  # the window may be due to close with nothing counted in flight
+            if self.closed is not None:
+                self.done.set()
+
+
+async def closed_loop(client, model: str, supply: Iterator[LoadRequest], concurrency: int, state: _Pass, api: str):
+    """`concurrency` slots, each sending the supply's next request as soon as its last finished."""
+
+    async def slot():
+        while state.sending():
+            request = next(supply, None)
+            if request is None:
+                state.stop_sending()
+                return
+            index = state.on_send(request, None)
+            state.on_finish(index, await stream_request(client, model, request, api))
+
+    tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
+    await state.done.wait()
+    return tasks
+
+
+async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: list[float], state: _Pass, api: str):
+    """The supply's requests sent at `started` + each offset, until the pass is done."""
+    tasks = []
+
+    async def send(request, ready):
+        index = state.on_send(request, ready)
+        state.on_finish(index, await stream_request(client, model, request, api))
+
+    async def dispatch():
+        for offset in offsets:
+            await asyncio.sleep(max(0.0, state.started + offset - time.perf_counter()))
+            if not state.sending():
+                return
+            request = next(supply, None)
+            if request is None:
+                break
+            tasks.append(asyncio.ensure_future(send(request, time.perf_counter())))
+        state.stop_sending()  # the schedule or the supply ran out
+
+    tasks.append(asyncio.ensure_future(dispatch()))
+    await state.done.wait()
+    return tasks
+
+
+def open_loop_offsets(arrivals: Arrivals | TraceArrivals, window: Window, seed: int, hold_s: float) -> list[float]:
+    """Enough send offsets for a ramp and a hold of `hold_s` each around the window, at the
+    arrivals' rate, vLLM's gamma gaps over that many requests; a trace's own arrivals, scaled."""
+    if isinstance(arrivals, TraceArrivals):
+        return arrivals.offsets(len(arrivals.arrival_s), seed)
+    count = max(window.min_requests, math.ceil(arrivals.rate * (window.seconds + 2 * hold_s))) + 1
+    return arrivals.offsets(count, seed)
+
+
+async def run_window(
+    base_url: str,
+    model: str,
+    supply: Iterator[LoadRequest],
+    *,
+    window: Window,
+    concurrency: int | None,
+    arrivals: Arrivals | TraceArrivals | None,
+    seed: int,
+    interval_s: float,
+    timeout_s: float,
+    api: str = "completions",
+    api_key: str | None = None,
+    scrape_metrics: bool = True,
+) -> WindowRun:
+    """One windowed pass from one client process: closed loop (`concurrency` in flight) or
+    open loop (requests sent on `arrivals`, uncapped). A request is held to `timeout_s`, so the
+    hold after the window ends within it."""
+    if (concurrency is None) == (arrivals is None):
+        raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals), not both")
+    client = openai_client(base_url, timeout_s, api_key)
+    offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
+    try:
+        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
+            started = time.perf_counter()
+            cpu_started = time.process_time()
+            state = _Pass(window, concurrency or 1, started)
+            if arrivals is None:
+                tasks = await closed_loop(client, model, supply, concurrency, state, api)
+            else:
+                tasks = await open_loop(client, model, supply, offsets, state, api)
+            ended = state.now()
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+            cpu_s = time.process_time() - cpu_started
+    finally:
+        await client.close()
+    finished = sorted(state.results)  # cancelled requests never finished: they are not results
+    return WindowRun(
+        results=[state.results[i] for i in finished],
+        counted=[i in state.counted for i in finished],
+        opened_s=state.opened,
+        closed_s=state.closed,
+        ended_s=ended,
+        metrics=scraper.series(started),
+        client_cpu_s=cpu_s,
+        started=started,
+        exhausted=state.cut_short,
+        scheduled=[offsets[i] for i in finished] if arrivals is not None else [],
+    )
+
+
+class RequestSupply:
+    """Distinct requests in a seeded order (a trace's: its own order). `take()` gives one
+    probe's iterator: from where the last one stopped, through the end and round from the start
+    up to where it began, so a probe never sends a row twice and probes see fresh rows until
+    the pool is used up. `make_request(row, n)`: the row as sent, n its draw number (its id tag)."""
+
+    def __init__(self, rows: list[dict], make_request, seed: int | None):
+        import random
+
+        self.rows = list(rows)
+        if seed is not None:
+            random.Random(seed).shuffle(self.rows)
+        self.make_request, self.position, self.drawn = make_request, 0, 0
+
+    def take(self) -> Iterator[LoadRequest]:
+        start = self.position % len(self.rows) if self.rows else 0
+
+        def draw():
+            for index in itertools.chain(range(start, len(self.rows)), range(start)):
+                self.position, self.drawn = index + 1, self.drawn + 1
+                yield self.make_request(self.rows[index], self.drawn)
+
+        return draw()

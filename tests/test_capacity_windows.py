@@ -1,0 +1,86 @@
+"""Windowed passes on the reference server (a known token schedule): only requests that lived
+their whole life under the target load are counted, requests are never repeated in a probe,
+and an open loop held above the server's throughput is called saturated."""
+
+import asyncio
+
+import pytest
+
+from infbench.capacity.slo_capacity import pass_record
+from infbench.serving.arrivals import Arrivals
+from infbench.serving.client import load_request
+from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.window import RequestSupply, Window, run_window
+
+ROWS = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 10} for i in range(300)]
+
+
+def windowed(server, supply, window, **level):
+    return asyncio.run(
+        run_window(server.base_url, "m", supply, window=window, seed=0, interval_s=0.02, timeout_s=30, **level)
+    )
+
+
+def test_a_closed_loop_counts_only_requests_sent_in_its_window_with_the_load_held(tmp_path):
+    # 10 tokens 10 ms apart after a 20 ms TTFT: about 0.11 s a request, 4 in flight.
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)) as server:
+        supply = RequestSupply(ROWS, load_request, seed=1)
+        run = windowed(server, supply.take(), Window(0.8, 20), concurrency=4, arrivals=None)
+    opening = [r.sent_at - run.started for r in run.results[:4]]
+    assert max(opening) < 0.01 and not any(run.counted[:4])  # the opening wave is the ramp
+    assert run.opened_s >= max(r.sent_at + r.result.e2el - run.started for r in run.results[:4]) - 1e-6
+    counted = run.counted_results
+    assert run.window_s >= 0.8 and len(counted) >= 20
+    assert all(run.opened_s <= r.sent_at - run.started <= run.closed_s for r in counted)
+    assert not any(c for r, c in zip(run.results, run.counted) if not run.opened_s <= r.sent_at - run.started)
+    # Held: from the window's opening to the last counted request's last token, 4 were running
+    # (but for a scrape that falls between a request's end and its slot's next send).
+    last = max(r.sent_at + r.result.e2el - run.started for r in counted)
+    running = [s["vllm:num_requests_running"] for s in run.metrics.samples if run.opened_s <= s["t"] < last]
+    assert len(running) >= 10 and running.count(4) >= 0.75 * len(running), running
+    # Distinct: no prompt twice in the pass; counted requests' throughput is taken over the window.
+    prompts = [r.result.request_id.split("#")[0] for r in run.results]
+    assert len(prompts) == len(set(prompts))
+    record = pass_record(run, {"ttft": 1000}, open_loop=False)
+    assert record["requests"] == len(counted) < record["sent"] and record["met_slo"] == len(counted)
+    little = 4 / (record["median_e2el_ms"] / 1000)  # Little's law: c / latency (less the turnaround)
+    assert 0.8 * little < record["request_throughput"] < 1.05 * little
+
+
+def test_a_probe_never_repeats_a_request_and_a_short_pool_says_so(tmp_path):
+    supply = RequestSupply(ROWS[:10], load_request, seed=1)
+    first = [r.id.split("#")[0] for r in supply.take()]
+    assert sorted(first) == sorted(r["id"] for r in ROWS[:10])  # each row once, in a seeded order
+    taken = supply.take()
+    again = [next(taken).id.split("#")[0] for _ in range(3)]
+    assert again == first[:3]  # the pool used up, the next probe starts the order again
+    rest = [r.id.split("#")[0] for r in taken]
+    assert again + rest == first[3:] + first[:3] or sorted(again + rest) == sorted(first)
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
+        run = windowed(
+            server, RequestSupply(ROWS[:10], load_request, 1).take(), Window(5.0), concurrency=4, arrivals=None
+        )
+    assert run.exhausted and len(run.results) == 10  # stopped at the pool's end, never cycled
+    assert pass_record(run, {"ttft": 1000}, open_loop=False)["supply_exhausted"] is True
+
+
+@pytest.mark.slow  # about 5 s: the saturated pass holds its load until its counted requests drain
+def test_an_open_loop_above_the_servers_throughput_is_saturated_and_one_below_is_not(tmp_path):
+    # Two slots of about 0.11 s each: the server completes at most about 18 requests a second.
+    schedule = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=2)
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        supply = RequestSupply(ROWS, load_request, seed=1)
+        records = {
+            rate: pass_record(
+                windowed(server, supply.take(), Window(0.6, 10), concurrency=None, arrivals=Arrivals(rate)),
+                {"ttft": 1000},
+                open_loop=True,
+            )
+            for rate in (6.0, 60.0)
+        }
+    assert not records[6.0]["saturated"], records[6.0]
+    assert (
+        records[60.0]["saturated"]
+        and records[60.0]["achieved_request_rate"] < 0.5 * records[60.0]["offered_request_rate"]
+    )
+    assert records[60.0]["queue_growing"]
