@@ -93,7 +93,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     growing = open_loop and queue_growing(run)
     return {
         "window_s": [run.opened_s, run.closed_s],
-        "sent": len(run.results),
+        "sent": run.sent,
         "requests": len(counted),
         "supply_exhausted": run.exhausted,
         "met_slo": sum(meets_slo(r, slo_ms) for r in counted),

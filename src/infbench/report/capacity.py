@@ -103,9 +103,14 @@ def probe_table(capacity: dict) -> pd.DataFrame:
             rows.append(
                 {
                     "probe": load_text(mode, probe["load"]),
-                    "decision": probe["decision"]
-                    if probe["decision"] != "undecided"
-                    else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)",
+                    "decision": (
+                        probe["decision"]
+                        if probe["decision"] != "undecided"
+                        else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
+                    )
+                    + (
+                        ", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else ""
+                    ),
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
                     "counted / sent": f"{probe['requests']} / {probe['sent']}",
@@ -209,7 +214,7 @@ def attainment_figure(capacity: dict, mode: str):
         ax.axhline(target, color="#d9534f", lw=1.2, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("requests in flight" if mode == "concurrency" else "request rate, req/s")
-        ax.set_ylabel("share of counted requests within the SLO")
+        ax.set_ylabel("attainment")
         ax.legend(fontsize=7, frameon=False)
 
     name = "requests in flight" if mode == "concurrency" else "request rate"

@@ -40,7 +40,7 @@ class Window:
 
 @dataclass
 class WindowRun:
-    results: list[StreamedResult]  # every request sent, in send order
+    results: list[StreamedResult]  # every request that finished, in send order
     counted: list[bool]  # per result: sent while the window was open
     opened_s: float | None  # from the pass's start; None: the ramp never ended
     closed_s: float | None
@@ -49,7 +49,8 @@ class WindowRun:
     client_cpu_s: float
     started: float  # perf_counter at the pass's start
     exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
-    scheduled: list[float]  # open loop: the offsets of the requests sent; empty for a closed loop
+    scheduled: list[float]  # open loop: the offsets of the finished requests; empty for a closed loop
+    sent: int = 0  # every request sent, those cancelled when the pass ended included
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -238,6 +239,7 @@ async def run_window(
         started=started,
         exhausted=state.cut_short,
         scheduled=[offsets[i] for i in finished] if arrivals is not None else [],
+        sent=len(state.sent),
     )
 
 
