@@ -7,9 +7,12 @@ import json
 import tarfile
 
 import pytest
+from conftest import REPO
 
 from infbench.core.level_names import level_case
 from infbench.core.stats import ratio_of_means
+from infbench.report.render import render
+from infbench.report.run_comparison_page import build_comparison_context
 from infbench.runs.archive import ArchiveError, pack, unpack
 from infbench.runs.comparison import (
     FASTER,
@@ -108,6 +111,31 @@ def test_the_gate_names_the_regressed_figure_and_refuses_a_pattern_that_matches_
     assert gate(record, ["*/median_ttft_ms"]) == []  # TTFT did not move
     with pytest.raises(GateError, match="matches none of the 3 compared figures"):
         gate(record, ["*/serve/c=8/output_throughput"])
+
+
+def capacity_artifact(value, ci95) -> dict:
+    """slo_capacity.json cut to what a comparison reads: the concurrency search's estimate."""
+    return {"slo_ms": {"ttft": 1000}, "concurrency": {"estimate": {"value": value, "ci95": ci95}}}
+
+
+def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_one():
+    load = artifact(128, "abc", [50, 51, 49], [100, 101, 99])
+    base = run("a", {"m": {"load": load, "slo_capacity": capacity_artifact(40, [36, 44])}})
+    same = run("b", {"m": {"load": load, "slo_capacity": capacity_artifact(38, [33, 42])}})
+    lower = run("c", {"m": {"load": load, "slo_capacity": capacity_artifact(28, [25, 33])}})
+    ceiling = run("d", {"m": {"load": load, "slo_capacity": capacity_artifact("above", [60, "above"])}})
+    record = comparison_record([base, same, lower, ceiling], threshold=0.05, labels=["base", "same", "lower", "top"])
+    verdicts = [c["capacities"][0]["verdict"] for c in record["comparisons"]]
+    assert verdicts == ["no difference detected", "lower", "no interval"]  # [33, 42] overlaps [36, 44]
+    key = record["comparisons"][0]["capacities"][0]["key"]
+    assert key == "m/slo_capacity/concurrency/capacity"
+    lines = gate(record, ["*/slo_capacity/*"])
+    assert len(lines) == 2 and lines[0].startswith("regressed: m/slo_capacity/concurrency/capacity (lower / base)")
+    assert lines[1].startswith("no interval: m/slo_capacity/concurrency/capacity (top / base)")
+    assert gate(record, ["*/serve/*/output_throughput"]) == []  # the serving figures did not move
+    template = REPO / "report" / "run_comparison.html.j2"
+    html = render(build_comparison_context(record, lines, ["*/slo_capacity/*"]), template)
+    assert "SLO capacity" in html and "28 [25, 33]" in html and "above [60, above]" in html
 
 
 def test_three_runs_give_two_comparisons_against_the_first():

@@ -12,7 +12,15 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
-from infbench.runs.comparison import FASTER, GATE_METHOD, NO_DIFFERENCE, NO_INTERVAL, SLOWER, STAGE_TITLES
+from infbench.runs.comparison import (
+    CAPACITY_METHOD,
+    FASTER,
+    GATE_METHOD,
+    NO_DIFFERENCE,
+    NO_INTERVAL,
+    SLOWER,
+    STAGE_TITLES,
+)
 
 VERDICT_CLASS = {FASTER: "pass", SLOWER: "fail", NO_DIFFERENCE: "pending", NO_INTERVAL: "warn"}
 DIGITS = {"req/s": 3}  # decimals shown per unit; 1 for the rest
@@ -113,15 +121,41 @@ def stage_blocks(comparison: dict, threshold: float) -> list[dict]:
     return blocks
 
 
+CAPACITY_CLASS = {"lower": "fail", "higher": "pass", NO_DIFFERENCE: "pending", NO_INTERVAL: "pending"}
+
+
+def capacity_text(estimate: dict) -> str:
+    """A fitted capacity as `44 [38, 51]`; an end outside the probed range as below / above."""
+
+    def shown(value):
+        return value if isinstance(value, str) else f"{value:.3g}"
+
+    low, high = estimate["ci95"]
+    return f"{shown(estimate['value'])} [{shown(low)}, {shown(high)}]"
+
+
 def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_patterns: list[str]) -> dict:
     return {
         "record": record,
         "runs": record["runs"],
         "differences": record["differences"],
         "candidates": [
-            {**comparison, "blocks": stage_blocks(comparison, record["threshold"])}
+            {
+                **comparison,
+                "blocks": stage_blocks(comparison, record["threshold"]),
+                "capacity_rows": [
+                    {
+                        **row,
+                        "baseline_text": capacity_text(row["baseline"]),
+                        "candidate_text": capacity_text(row["candidate"]),
+                        "verdict_class": CAPACITY_CLASS[row["verdict"]],
+                    }
+                    for row in comparison.get("capacities", [])
+                ],
+            }
             for comparison in record["comparisons"]
         ],
+        "capacity_method": CAPACITY_METHOD,
         "gate_lines": gate_lines,
         "gate_patterns": gate_patterns,
         "gate_method": GATE_METHOD,

@@ -223,6 +223,60 @@ def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | N
     return upper_tail((-math.log(1 + threshold) - math.log(gain)) / se_log, df)
 
 
+CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s"}
+LOWER, HIGHER = "lower", "higher"
+CAPACITY_METHOD = (
+    "each run's fitted SLO capacity with its 95 % bootstrap interval (slo_capacity.json, estimate): lower when "
+    "the candidate's whole interval lies below the baseline's, higher when above, no difference detected when "
+    "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 %), no interval where either "
+    "capacity lies outside its probed range"
+)
+
+
+def capacity_end(value) -> float:
+    """An end of a capacity interval as a number: outside the probed range, an infinity."""
+    return {"below": -math.inf, "above": math.inf}.get(value, value)
+
+
+def capacity_verdict(baseline: dict, candidate: dict) -> str:
+    """CAPACITY_METHOD, from two estimates (capacity.estimate.capacity_estimate)."""
+    if any(not isinstance(e["value"], (int, float)) for e in (baseline, candidate)):
+        return NO_INTERVAL
+    base_low, base_high = map(capacity_end, baseline["ci95"])
+    low, high = map(capacity_end, candidate["ci95"])
+    if high < base_low:
+        return LOWER
+    if low > base_high:
+        return HIGHER
+    return NO_DIFFERENCE
+
+
+def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: dict[str, str]) -> list[dict]:
+    """Each SLO capacity both runs searched, by its interval (capacity_verdict)."""
+    rows = []
+    for candidate_model, base_model in models.items():
+        base = baseline.models.get(base_model, {}).get("slo_capacity")
+        cand = candidate.models.get(candidate_model, {}).get("slo_capacity")
+        for mode, unit in CAPACITY_SEARCHES.items():
+            base_estimate = ((base or {}).get(mode) or {}).get("estimate")
+            cand_estimate = ((cand or {}).get(mode) or {}).get("estimate")
+            if not base_estimate or not cand_estimate or base_estimate["value"] is None:
+                continue
+            rows.append(
+                {
+                    "key": figure_key(base_model, "slo_capacity", mode, "capacity"),
+                    "model": base_model,
+                    "search": mode,
+                    "unit": unit,
+                    "slo_ms": {"baseline": base["slo_ms"], "candidate": cand["slo_ms"]},
+                    "baseline": {"value": base_estimate["value"], "ci95": base_estimate["ci95"]},
+                    "candidate": {"value": cand_estimate["value"], "ci95": cand_estimate["ci95"]},
+                    "verdict": capacity_verdict(base_estimate, cand_estimate),
+                }
+            )
+    return rows
+
+
 def paired_models(baseline: RunResults, candidate: RunResults) -> dict[str, str]:
     """candidate model -> baseline model: by name, or the one model of each run when both hold
     exactly one (the same model named differently on two machines, or by vLLM's result file)."""
@@ -251,6 +305,7 @@ def compare_runs(baseline: RunResults, candidate: RunResults, threshold: float) 
         "models": models,
         "counts": counts,
         "figures": [figure.to_json() for figure in figures],
+        "capacities": capacity_comparisons(baseline, candidate, models),
         "only_in_baseline": sorted(set(base) - set(renamed)),
         "only_in_candidate": sorted(set(renamed) - set(base)),
     }
@@ -314,7 +369,8 @@ GATE_ALPHA = 0.025
 GATE_METHOD = (
     "a gated figure fails when it is missing from the candidate, has no interval there, or is slower: "
     "Holm's step-down over every gated figure of the comparison at a family-wise 2.5 % (one-sided), "
-    "on p_slower (H0: no slower than the threshold band)"
+    "on p_slower (H0: no slower than the threshold band); a gated SLO capacity fails when its fitted value's "
+    "95 % interval lies wholly below the baseline's, or either lies outside its probed range"
 )
 
 
@@ -338,7 +394,7 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
     def gated(key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
 
-    baseline_keys = {f["key"] for c in record["comparisons"] for f in c["figures"]}
+    baseline_keys = {f["key"] for c in record["comparisons"] for f in [*c["figures"], *c.get("capacities", [])]}
     baseline_keys |= {key for c in record["comparisons"] for key in c["only_in_baseline"]}
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(key, pattern) for key in baseline_keys):
@@ -368,6 +424,18 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                 means = (figure["baseline"]["mean"], figure["candidate"]["mean"])
                 why = "a mean is not above zero" if min(means) <= 0 else "a run has one sample"
                 lines.append(f"no interval: {figure['key']} ({pair}): {why}, so it cannot be judged")
+        for capacity in comparison.get("capacities", []):
+            if gated(capacity["key"]) and capacity["verdict"] in (LOWER, NO_INTERVAL):
+                why = (
+                    "regressed: its 95 % interval lies wholly below the baseline's"
+                    if capacity["verdict"] == LOWER
+                    else "no interval: a capacity outside its probed range cannot be judged"
+                )
+                lines.append(
+                    f"{why.split(':')[0]}: {capacity['key']} ({pair}): {capacity['candidate']['value']} "
+                    f"{capacity['candidate']['ci95']} against {capacity['baseline']['value']} "
+                    f"{capacity['baseline']['ci95']} {capacity['unit']} ({why.split(': ')[1]})"
+                )
         tested = [f for f in figures if f["p_slower"] is not None and not f["candidate"].get("dropped", 0)]
         for figure, regressed in zip(tested, holm([figure["p_slower"] for figure in tested])):
             if regressed:
