@@ -76,8 +76,9 @@ def project(tmp_path: Path, tiny_model: Path, base_url: str) -> Path:
             "external": {"base_url": f"{base_url}/v1", "model": SERVED_NAME, "api_key_env": KEY_VARIABLE},
         },
         load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6},
-        # The capacity search runs against an endpoint too; a short one, concurrency only.
-        capacity={"max_concurrency": 16, "rate": False},
+        # The capacity search runs against an endpoint too; a short one, concurrency only, at
+        # c = 2: the dataset's ten conversations are the whole request pool.
+        capacity={"start_concurrency": 2, "max_concurrency": 2},
     )
     config["workload"].update(
         api="chat", source="dataset", dataset={"path": "data/my-conversations.json", "num_requests": 10}

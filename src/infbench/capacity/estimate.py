@@ -8,13 +8,15 @@
               the highest load at which it is at least the target (a concurrency: rounded down
               to a whole number); below the lowest probe or at least the highest when the curve
               never crosses inside the probed range
-    interval  95 % percentile bootstrap: each probe's counted requests redrawn with
-              replacement (its met count ~ Binomial(n, its measured attainment)), the curve
-              refitted and the crossing found again, BOOTSTRAP_ROUNDS times
+    interval  95 % parametric bootstrap: each probe's attainment drawn from its Jeffreys
+              posterior Beta(met + 1/2, n - met + 1/2) (a probe where all or none met still
+              varies), the curve refitted and the crossing found again, BOOTSTRAP_ROUNDS times;
+              then widened to the probed loads the fit crosses between (the curve between two
+              probes is not measured, so the interval never claims more than the gap)
 
 The interval treats a probe's counted requests as independent given its load: it holds the
-sampling noise of the windows measured, not the machine's drift between runs (the
-reproducibility figure measures that).
+sampling noise of the windows measured, not the machine's drift between runs, and it is
+read after a search that looked at each probe up to capacity.repeats times.
 """
 
 from __future__ import annotations
@@ -70,11 +72,15 @@ def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, in
     fitted = non_increasing_fit(shares.tolist(), counted.tolist())
     value = crossing(loads, fitted, target, integer)
     rng = np.random.default_rng(seed)
-    draws = rng.binomial(counted, shares, size=(BOOTSTRAP_ROUNDS, len(loads))) / counted
+    draws = rng.beta(met + 0.5, counted - met + 0.5, size=(BOOTSTRAP_ROUNDS, len(loads)))
     values = sorted(
         crossing(loads, non_increasing_fit(row.tolist(), counted.tolist()), target, integer) for row in draws
     )
     low, high = values[int(0.025 * BOOTSTRAP_ROUNDS)], values[math.ceil(0.975 * BOOTSTRAP_ROUNDS) - 1]
+    if value not in (BELOW, ABOVE):
+        gap = next(i for i in range(len(loads) - 1) if fitted[i + 1] < target)
+        low = min(low, loads[gap])
+        high = max(high, loads[gap + 1] - 1 if integer else loads[gap + 1])
     return {
         "value": shown(value),
         "ci95": [shown(low), shown(high)],
@@ -101,6 +107,7 @@ def shown(value: float) -> float | str:
 
 METHOD = (
     "attainment against load fitted non-increasing (pool adjacent violators, weighted by counted requests); "
-    "capacity = the highest load where the fit, linear between probes, is at least the target; 95 % percentile "
-    f"bootstrap over each probe's counted requests ({BOOTSTRAP_ROUNDS} rounds)"
+    "capacity = the highest load where the fit, linear between probes, is at least the target; 95 % interval "
+    f"from {BOOTSTRAP_ROUNDS} refits with each probe's attainment drawn from its Jeffreys posterior, widened to "
+    "the probed loads the fit crosses between"
 )

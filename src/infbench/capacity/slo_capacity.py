@@ -30,6 +30,7 @@ import asyncio
 
 from infbench.capacity.estimate import capacity_estimate
 from infbench.capacity.search import Probe, binding_limit, search, wilson_interval
+from infbench.core.errors import UserError
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.vllm_server import ServerError
@@ -47,6 +48,10 @@ LONG_PASS = 10
 # Requests waiting, averaged over the second half of the window, above the first half's by
 # at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
+
+
+class CapacityError(UserError):
+    """A capacity search that cannot measure what it was asked to: the message names the fix."""
 
 
 def pooled_latency(results, name: str, q: float) -> float | None:
@@ -84,7 +89,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     window = run.window_s
     summary = aggregate(counted, window or run.ended_s)
     series = run.metrics
-    in_window = [s for s in series.samples if run.opened_s is not None and run.opened_s <= s["t"] <= run.closed_s]
+    in_window = [s for s in series.samples if window and run.opened_s <= s["t"] <= run.closed_s]
     running = [s["vllm:num_requests_running"] for s in in_window if "vllm:num_requests_running" in s]
     preemptions = series.first_last("vllm:num_preemptions_total")
     sent_rate = len(counted) / window if window else None
@@ -265,16 +270,28 @@ class CapacityProbes:
         for index in range(repeats):
             requests = iter([load_request(r, index) for r in self.trace_rows]) if replay else supply
             run = self.run(requests, window, concurrency, arrivals, self.seed + index)
+            if not run.counted_results and not replay:
+                raise CapacityError(
+                    f"the request pool ran out before the window of probe {mode} {load:g} counted a request "
+                    f"({run.sent} sent, {len(self.supply.rows)} distinct requests in request_pool.jsonl): raise "
+                    "workload.pool_requests (a dataset: use a larger one), or lower capacity.max_concurrency"
+                )
             record = pass_record(run, slo_ms, open_loop=not closed)
             passes.append(record)
             pooled += [s.result for s in run.counted_results]
             met, counted = sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes)
-            if decision(met, counted, target, record["saturated"]) != "undecided" or record["supply_exhausted"]:
+            # A trace replay ends with the trace: its passes pool until decided, as others do.
+            if decision(met, counted, target, record["saturated"]) != "undecided" or (
+                record["supply_exhausted"] and not replay
+            ):
                 break
         record = probe_record(passes, pooled, repeats, target)
         record["mode"] = mode
         record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
         record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
+        record["trace_replay"] = replay
+        if replay:
+            record["supply_exhausted"] = False  # the trace's end closes each pass
         verdict = record["decision"]
         met = verdict == "met" or (verdict == "undecided" and record["attainment"] >= target)
         shown = f"c={int(load)}" if closed else f"{load:.2f} req/s"
@@ -343,8 +360,12 @@ def search_capacity(
             **binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs),
         }
         record["at_capacity"] = by_load.get(result.capacity)
+        # A saturated probe's requests met the SLO only on their way into a queue without bound: none counts.
         record["estimate"] = capacity_estimate(
-            [(p.load, p.record["met_slo"], p.record["requests"]) for p in result.probes],
+            [
+                (p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"])
+                for p in result.probes
+            ],
             settings["attainment"],
             integer=mode == "concurrency",
             seed=seed,

@@ -106,13 +106,15 @@ class _Pass:
         if self.open_now():
             self.counted.add(index)
             self.in_flight_counted += 1
+        elif self.closed is not None:
+            self.check_done()  # it closed now: the pass may be over
         return index
 
     def on_finish(self, index: int, streamed: StreamedResult) -> None:
         self.results[index] = streamed
         if index < self.ramp:
             self.ramp_left -= 1
-            if self.ramp_left == 0 and self.opened is None:
+            if self.ramp_left == 0 and self.opened is None and not self.exhausted:
                 self.opened = self.now()
         if index in self.counted:
             self.in_flight_counted -= 1
@@ -121,10 +123,12 @@ class _Pass:
     def stop_sending(self) -> None:
         """The supply ran dry: nothing more is sent; the window closes now if it was open."""
         self.exhausted = True
-        if self.closed is None:
+        # Short while the window was open or before it, or during the hold: counted requests
+        # still running see the load fall as slots go unfilled.
+        if self.closed is None or self.in_flight_counted:
             self.cut_short = True
-            if self.opened is not None:
-                self.closed = self.now()
+        if self.closed is None and self.opened is not None:
+            self.closed = self.now()
         self.check_done()
 
     def check_done(self) -> None:
@@ -184,7 +188,7 @@ def open_loop_offsets(arrivals: Arrivals | TraceArrivals, window: Window, seed: 
     arrivals' rate, vLLM's gamma gaps over that many requests; a trace's own arrivals, scaled."""
     if isinstance(arrivals, TraceArrivals):
         return arrivals.offsets(len(arrivals.arrival_s), seed)
-    count = max(window.min_requests, math.ceil(arrivals.rate * (window.seconds + 2 * hold_s))) + 1
+    count = window.min_requests + math.ceil(arrivals.rate * (window.seconds + 2 * hold_s)) + 1
     return arrivals.offsets(count, seed)
 
 
