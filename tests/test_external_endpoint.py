@@ -77,8 +77,8 @@ def project(tmp_path: Path, tiny_model: Path, base_url: str) -> Path:
         },
         load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6},
         # The capacity search runs against an endpoint too; a short one, concurrency only, at
-        # c = 2: the dataset's ten conversations are the whole request pool.
-        capacity={"start_concurrency": 2, "max_concurrency": 2},
+        # c = 1: the dataset's three conversations are the whole request pool.
+        capacity={"start_concurrency": 1, "max_concurrency": 1},
     )
     config["workload"].update(
         api="chat", source="dataset", dataset={"path": "data/my-conversations.json", "num_requests": 10}
