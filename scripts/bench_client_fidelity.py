@@ -72,7 +72,9 @@ def main():
         mine = statistics.median(r["ours"][key] for r in rounds)
         reference = statistics.median(r["vllm"][key] for r in rounds)
         line = f"{key:20s} {mine:14.2f} {reference:14.2f}"
-        if key in ratios:
+        if key in ratios and ratios[key]["ratio"] is None:
+            line += f" {'no ratio':>10s}   {ratios[key]['no_ratio']}"
+        elif key in ratios:
             ratio = ratios[key]
             line += f" {ratio['ratio']:10.3f}   [{ratio['ci95_low']:.3f}, {ratio['ci95_high']:.3f}]"
         else:

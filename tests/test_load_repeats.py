@@ -154,6 +154,20 @@ def test_fidelity_verdict_follows_the_interval(ours, theirs, status):
     assert checks["clients_did_the_same_work"]["status"] == "pass"
 
 
+def test_a_figure_of_zero_in_a_round_gets_no_ratio_and_a_warning_not_a_crash():
+    """A median ITL of 0 ms (a round's chunks in one read) has no ratio: the check warns and
+    names the round; the other figures keep theirs."""
+    rounds = rounds_with([100.0, 100.0, 100.0], [100.0, 100.0, 100.0])
+    rounds[1]["ours"]["median_itl_ms"] = 0.0
+    ratios = fidelity_ratios(rounds)
+    assert ratios["median_itl_ms"]["ratio"] is None and ratios["median_itl_ms"]["round_ratios"][1] is None
+    assert "round 2: ours 0" in ratios["median_itl_ms"]["no_ratio"]
+    assert ratios["output_throughput"]["ratio"] == pytest.approx(1.0)
+    checks = {c["name"]: c for c in fidelity_checks(rounds, ratios)}
+    assert checks["client_fidelity_median_itl_ms"]["status"] == "warn"
+    assert "no ratio" in checks["client_fidelity_median_itl_ms"]["detail"]
+
+
 def test_fidelity_fails_when_the_clients_did_different_work():
     rounds = rounds_with([100.0, 100.0], [100.0, 100.0], ours_tokens=500)
     checks = {c["name"]: c for c in fidelity_checks(rounds, fidelity_ratios(rounds))}

@@ -17,7 +17,7 @@ def fidelity_table(fidelity: dict) -> pd.DataFrame:
                 "figure": key,
                 "ours / vLLM's": ratio["ratio"],
                 "ci95": interval_text(ratio, 3),
-                "per round": ", ".join(f"{r:.3f}" for r in ratio["round_ratios"]),
+                "per round": ", ".join("–" if r is None else f"{r:.3f}" for r in ratio["round_ratios"]),
                 "ours (median over rounds)": pd.Series([r["ours"][key] for r in fidelity["rounds"]]).median(),
                 "vLLM's (median over rounds)": pd.Series([r["vllm"][key] for r in fidelity["rounds"]]).median(),
                 "within ±5 %": status.get(key, ""),

@@ -205,11 +205,27 @@ def measure_client_fidelity(
 
 def fidelity_ratios(rounds: list[dict]) -> dict:
     """Per compared figure, ours / vLLM's: the geometric mean of the per-round ratios with a
-    paired 95 % interval (stats.paired_ratio), and each round's ratio."""
+    paired 95 % interval (stats.paired_ratio), and each round's ratio. A figure that is not
+    above zero in some round has no ratio (`no_ratio` says where): a median ITL of 0 ms, say,
+    when most of a round's chunks arrived in one read and share its timestamp."""
     ratios = {}
     for key in COMPARED:
         ours = [r["ours"][key] for r in rounds]
         theirs = [r["vllm"][key] for r in rounds]
+        zero = [
+            f"round {r['round']}: ours {a:g}, vLLM's {b:g}"
+            for r, a, b in zip(rounds, ours, theirs)
+            if not (a > 0 and b > 0)  # NaN too
+        ]
+        if zero:
+            ratios[key] = {
+                "ratio": None,
+                "ci95_low": None,
+                "ci95_high": None,
+                "round_ratios": [a / b if a > 0 and b > 0 else None for a, b in zip(ours, theirs)],
+                "no_ratio": "not above zero in " + "; ".join(zero),
+            }
+            continue
         ratios[key] = {**paired_ratio(ours, theirs), "round_ratios": [a / b for a, b in zip(ours, theirs)]}
     return ratios
 
@@ -235,6 +251,17 @@ def fidelity_checks(rounds: list[dict], ratios: dict) -> list[dict]:
     ]
     low, high = 1 - TOLERANCE, 1 + TOLERANCE
     for key, ratio in ratios.items():
+        if ratio["ratio"] is None:
+            checks.append(
+                check(
+                    f"client_fidelity_{key}",
+                    "warn",
+                    None,
+                    f"ours / vLLM's {key}: no ratio, the figure is {ratio['no_ratio']}; a figure this close to "
+                    "zero cannot tell the clients apart (longer outputs or a slower model can)",
+                )
+            )
+            continue
         interval = (ratio["ci95_low"], ratio["ci95_high"])
         inside = low <= interval[0] and interval[1] <= high
         outside = interval[1] < low or interval[0] > high
