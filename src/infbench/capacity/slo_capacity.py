@@ -61,11 +61,7 @@ def pooled_latency(results, name: str, q: float) -> float | None:
 
 def queue_growing(run: WindowRun) -> bool:
     """Requests waiting in the server rose over the window."""
-    if not run.window_s:
-        return False
-    samples = [
-        s for s in run.metrics.samples if run.opened_s <= s["t"] <= run.closed_s and "vllm:num_requests_waiting" in s
-    ]
+    samples = [s for s in run.window_samples() if "vllm:num_requests_waiting" in s]
     if len(samples) < 4:
         return False
     half = len(samples) // 2
@@ -89,7 +85,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     window = run.window_s
     summary = aggregate(counted, window or run.ended_s)
     series = run.metrics
-    in_window = [s for s in series.samples if window and run.opened_s <= s["t"] <= run.closed_s]
+    in_window = run.window_samples()
     running = [s["vllm:num_requests_running"] for s in in_window if "vllm:num_requests_running" in s]
     preemptions = series.first_last("vllm:num_preemptions_total")
     sent_rate = len(counted) / window if window else None

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import math
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,11 +47,9 @@ class WindowRun:
     closed_s: float | None
     ended_s: float  # the pass's end: the last counted request finished (or sending stopped)
     metrics: MetricsSeries
-    client_cpu_s: float
     started: float  # perf_counter at the pass's start
     exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
-    scheduled: list[float]  # open loop: the offsets of the finished requests; empty for a closed loop
-    sent: int = 0  # every request sent, those cancelled when the pass ended included
+    sent: int  # every request sent, those cancelled when the pass ended included
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -59,6 +58,12 @@ class WindowRun:
     @property
     def window_s(self) -> float:
         return (self.closed_s - self.opened_s) if self.opened_s is not None and self.closed_s is not None else 0.0
+
+    def window_samples(self) -> list[dict]:
+        """The server's /metrics scrapes taken while the window was open."""
+        if not self.window_s:
+            return []
+        return [s for s in self.metrics.samples if self.opened_s <= s["t"] <= self.closed_s]
 
     def completed_in_window(self) -> int:
         """Requests of the pass (counted or not) that finished while the window was open."""
@@ -74,7 +79,7 @@ class _Pass:
 
     def __init__(self, window: Window, ramp: int, started: float):
         self.window, self.ramp, self.started = window, ramp, started
-        self.sent: list[tuple[LoadRequest, float | None]] = []
+        self.sent = 0
         self.results: dict[int, StreamedResult] = {}
         self.counted: set[int] = set()
         self.in_flight_counted = 0
@@ -100,9 +105,10 @@ class _Pass:
     def sending(self) -> bool:
         return not self.done.is_set()
 
-    def on_send(self, request: LoadRequest, ready: float | None) -> int:
-        index = len(self.sent)
-        self.sent.append((request, ready))
+    def on_send(self) -> int:
+        """A request is being sent now: its index in the pass, counted if the window is open."""
+        index = self.sent
+        self.sent += 1
         if self.open_now():
             self.counted.add(index)
             self.in_flight_counted += 1
@@ -134,7 +140,7 @@ class _Pass:
     def check_done(self) -> None:
         if self.in_flight_counted:
             return
-        if self.closed is not None or (self.exhausted and len(self.results) == len(self.sent)):
+        if self.closed is not None or (self.exhausted and len(self.results) == self.sent):
             self.done.set()
         elif self.opened is not None:
             self.open_now()  # the window may be due to close with nothing counted in flight
@@ -151,7 +157,7 @@ async def closed_loop(client, model: str, supply: Iterator[LoadRequest], concurr
             if request is None:
                 state.stop_sending()
                 return
-            index = state.on_send(request, None)
+            index = state.on_send()
             state.on_finish(index, await stream_request(client, model, request, api))
 
     tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
@@ -163,8 +169,8 @@ async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: 
     """The supply's requests sent at `started` + each offset, until the pass is done."""
     tasks = []
 
-    async def send(request, ready):
-        index = state.on_send(request, ready)
+    async def send(request):
+        index = state.on_send()
         state.on_finish(index, await stream_request(client, model, request, api))
 
     async def dispatch():
@@ -175,7 +181,7 @@ async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: 
             request = next(supply, None)
             if request is None:
                 break
-            tasks.append(asyncio.ensure_future(send(request, time.perf_counter())))
+            tasks.append(asyncio.ensure_future(send(request)))
         state.stop_sending()  # the schedule or the supply ran out
 
     tasks.append(asyncio.ensure_future(dispatch()))
@@ -217,7 +223,6 @@ async def run_window(
     try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
-            cpu_started = time.process_time()
             state = _Pass(window, concurrency or 1, started)
             if arrivals is None:
                 tasks = await closed_loop(client, model, supply, concurrency, state, api)
@@ -228,7 +233,6 @@ async def run_window(
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
-            cpu_s = time.process_time() - cpu_started
     finally:
         await client.close()
     finished = sorted(state.results)  # cancelled requests never finished: they are not results
@@ -239,26 +243,21 @@ async def run_window(
         closed_s=state.closed,
         ended_s=ended,
         metrics=scraper.series(started),
-        client_cpu_s=cpu_s,
         started=started,
         exhausted=state.cut_short,
-        scheduled=[offsets[i] for i in finished] if arrivals is not None else [],
-        sent=len(state.sent),
+        sent=state.sent,
     )
 
 
 class RequestSupply:
-    """Distinct requests in a seeded order (a trace's: its own order). `take()` gives one
+    """Distinct requests in a seeded order. `take()` gives one
     probe's iterator: from where the last one stopped, through the end and round from the start
     up to where it began, so a probe never sends a row twice and probes see fresh rows until
     the pool is used up. `make_request(row, n)`: the row as sent, n its draw number (its id tag)."""
 
-    def __init__(self, rows: list[dict], make_request, seed: int | None):
-        import random
-
+    def __init__(self, rows: list[dict], make_request, seed: int):
         self.rows = list(rows)
-        if seed is not None:
-            random.Random(seed).shuffle(self.rows)
+        random.Random(seed).shuffle(self.rows)
         self.make_request, self.position, self.drawn = make_request, 0, 0
 
     def take(self) -> Iterator[LoadRequest]:
