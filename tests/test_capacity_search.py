@@ -7,12 +7,13 @@ import random
 
 import pytest
 
-from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit
+from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
 from infbench.capacity.search import (
     Probe,
     SearchResult,
     attainment_rises,
     binding_limit,
+    interleaved,
     search,
     wilson_interval,
 )
@@ -229,3 +230,35 @@ def test_a_concurrency_tolerance_stops_bisection_early():
     result = search(probe, start=8, floor=1, ceiling=64, integer=True, tolerance=0.25)
     assert [p.load for p in result.probes] == [8, 16, 32, 64, 48, 56]
     assert (result.capacity, result.first_failing, result.converged) == (48, 56, True)
+
+
+def test_interleaved_searches_take_turns_and_each_finds_what_it_would_alone():
+    calls = []
+
+    def probe(name, capacity):
+        def measure(c):
+            calls.append(name)
+            return Probe(c, c <= capacity)
+
+        return measure
+
+    settings = {"start": 4, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    first, second = interleaved([probe("a", 10), probe("b", 20)], **settings)
+    assert (first.capacity, first.first_failing) == (10, 11) and (second.capacity, second.first_failing) == (20, 21)
+    alone = search(probe("c", 20), **settings)
+    assert [p.load for p in second.probes] == [p.load for p in alone.probes]
+    turns = calls[: 2 * min(len(first.probes), len(second.probes))]
+    assert turns == ["a", "b"] * (len(turns) // 2)  # a probe of each in turn while both run
+
+
+def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
+    def estimate(value, low, high):
+        return {"value": value, "ci95": [low, high]}
+
+    agree = reproducibility([estimate(44, 38, 51), estimate(47, 40, 55)])
+    assert (agree["status"], agree["spread"]) == ("pass", 3)
+    # Neighbours overlapping is not enough: the first and the third do not.
+    apart = reproducibility([estimate(30, 28, 33), estimate(36, 32, 40), estimate(42, 39, 45)])
+    assert (apart["status"], apart["spread"]) == ("fail", 12) and "do not all overlap" in apart["detail"]
+    ceiling = reproducibility([estimate("above", 60, "above"), estimate(58, 50, 64)])
+    assert ceiling["status"] == "not_available" and ceiling["spread"] is None

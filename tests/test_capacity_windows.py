@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from infbench.capacity.slo_capacity import pass_record
+from infbench.capacity.slo_capacity import pass_record, search_capacity
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import load_request
 from infbench.serving.reference_server import ReferenceServer, Schedule
@@ -90,3 +90,28 @@ def test_an_open_loop_above_the_servers_throughput_is_saturated_and_one_below_is
         and records[60.0]["achieved_request_rate"] < 0.5 * records[60.0]["offered_request_rate"]
     )
     assert records[60.0]["queue_growing"]
+
+
+@pytest.mark.slow  # two searches of about six probes each
+def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
+    # Each decode step takes 4 ms + 4 ms per running request: TPOT about 4 + 4c ms, under the
+    # 34 ms SLO up to c = 7 (32 ms), over it from c = 8 (36 ms).
+    schedule = Schedule(ttft_ms=20, itl_ms=4, itl_ms_per_running=4, max_num_seqs=64)
+    settings = {
+        "attainment": 0.9, "window_s": 0.3, "window_requests": 20, "repeats": 1, "start_concurrency": 2,
+        "max_concurrency": 32, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 2,
+    }  # fmt: skip
+    load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 34}}
+    pool = [{**row, "max_tokens": 8, "api": "completions"} for row in ROWS * 4]
+    pool = [{**row, "id": f"{row['id']}-{i}"} for i, row in enumerate(pool)]
+    lines = []
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        record = search_capacity(
+            server, pool, pool, settings, load, None,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lines.append,
+        )  # fmt: skip
+    searches = [record["concurrency"], *record["concurrency_searches"]]
+    assert [(s["capacity"], s["first_failing"]) for s in searches] == [(7, 8), (7, 8)], lines
+    assert lines[0].startswith("search 1/2: ") and lines[1].startswith("search 2/2: ")  # turn by turn
+    agreement = record["reproducibility"]
+    assert agreement["status"] == "pass" and agreement["values"] == [s["estimate"]["value"] for s in searches]

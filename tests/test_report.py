@@ -337,6 +337,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "window": {"seconds": 10, "requests": 40, "repeats": 3},
         "rate_window_s": None,
         "estimate_method": "a fit",
+        "reproducibility": None,
         "summary": pd.DataFrame(),
         "figures": [],
         "probes": pd.DataFrame(),

@@ -96,6 +96,35 @@ def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, in
     }
 
 
+def as_number(value: float | str) -> float:
+    """A crossing from JSON (shown's inverse): "below" and "above" as infinities."""
+    return {"below": BELOW, "above": ABOVE}.get(value, value)
+
+
+def reproducibility(estimates: list[dict]) -> dict:
+    """Do independent searches agree? Their capacities' 95 % intervals must share a point
+    (for intervals on a line, every pair overlapping is the same): pass, else fail; not
+    available where a capacity lies outside its probed range. The spread is the largest
+    capacity less the smallest."""
+    values = [estimate["value"] for estimate in estimates]
+    intervals = [[as_number(end) for end in estimate["ci95"]] for estimate in estimates if estimate["ci95"]]
+    record = {"values": values, "ci95": [estimate["ci95"] for estimate in estimates]}
+    if any(not isinstance(value, (int, float)) for value in values) or len(intervals) < len(values):
+        return {**record, "status": "not_available", "spread": None, "detail": "a capacity lies outside its probes"}
+    common = [max(low for low, _ in intervals), min(high for _, high in intervals)]
+    agree = common[0] <= common[1]
+    shown_intervals = ", ".join(
+        f"{value:g} [{shown(low)}, {shown(high)}]" for value, (low, high) in zip(values, record["ci95"])
+    )
+    return {
+        **record,
+        "status": "pass" if agree else "fail",
+        "spread": max(values) - min(values),
+        "detail": f"{len(values)} interleaved searches: {shown_intervals}; "
+        + ("their intervals share a point" if agree else "their intervals do not all overlap: the searches disagree"),
+    }
+
+
 def shown(value: float) -> float | str:
     """A crossing as JSON: the load, or "below" / "above" the probed range."""
     if value == BELOW:

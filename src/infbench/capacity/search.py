@@ -16,7 +16,7 @@ steers the search by its point estimate, but a bracket with an undecided end is 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 Z_95 = 1.959964
@@ -117,8 +117,7 @@ def next_up(load: float, integer: bool, ceiling: float, kv_limit: int | None) ->
     return min(up, ceiling)
 
 
-def search(
-    probe: Callable[[float], Probe],
+def search_steps(
     *,
     start: float,
     floor: float,
@@ -127,20 +126,21 @@ def search(
     tolerance: float = 0.0,
     max_probes: int = 10,
     kv_limit: int | None = None,
-) -> SearchResult:
-    """Bracket then bisect; `probe(load)` measures one load. Stops at `max_probes` probes,
-    unconverged where the bracket is still wider than the resolution."""
+) -> Generator[float, Probe, SearchResult]:
+    """Bracket then bisect, one probe at a time: yields each load to probe, is sent its Probe,
+    and returns the SearchResult. Stops at `max_probes` probes, unconverged where the bracket
+    is still wider than the resolution."""
     probes: list[Probe] = []
     passing = failing = None
 
-    def measure(load: float) -> Probe:
-        outcome = probe(load)
+    def measure(load: float):
+        outcome = yield load
         probes.append(outcome)
         return outcome
 
     load = min(max(start, floor), ceiling)
     while len(probes) < max_probes:
-        if measure(load).met:
+        if (yield from measure(load)).met:
             passing = load
             if failing is not None or load >= ceiling:
                 break
@@ -157,7 +157,7 @@ def search(
         and len(probes) < max_probes
     ):
         middle = (passing + failing) // 2 if integer else math.sqrt(passing * failing)
-        if measure(middle).met:
+        if (yield from measure(middle)).met:
             passing = middle
         else:
             failing = middle
@@ -172,6 +172,27 @@ def search(
     if outcome == "bracketed" and not all(p.decided for p in ends):
         outcome = "undecided"
     return SearchResult(passing, failing, probes, outcome)
+
+
+def interleaved(probes: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
+    """One search per `probe` function, all with the same settings, taking turns probe by
+    probe (so that the machine's drift reaches each alike) until every one has finished."""
+    steps = [search_steps(**settings) for _ in probes]
+    pending = {index: next(step) for index, step in enumerate(steps)}
+    results: dict[int, SearchResult] = {}
+    while pending:
+        for index in list(pending):
+            try:
+                pending[index] = steps[index].send(probes[index](pending[index]))
+            except StopIteration as finished:
+                results[index] = finished.value
+                del pending[index]
+    return [results[index] for index in range(len(probes))]
+
+
+def search(probe: Callable[[float], Probe], **settings) -> SearchResult:
+    """One search (search_steps' settings), `probe(load)` measuring each load."""
+    return interleaved([probe], **settings)[0]
 
 
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"

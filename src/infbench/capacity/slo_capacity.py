@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 
-from infbench.capacity.estimate import capacity_estimate
-from infbench.capacity.search import Probe, binding_limit, search, wilson_interval
+from infbench.capacity.estimate import capacity_estimate, reproducibility
+from infbench.capacity.search import Probe, binding_limit, interleaved, search, wilson_interval
 from infbench.core.errors import UserError
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -334,10 +334,27 @@ def search_capacity(
     timeout_s: float,
     progress=print,
 ) -> dict:
-    """The concurrency search (seeded by the KV prediction), then the rate search (seeded by
-    the request rate served at the concurrency capacity, up to the highest completion rate),
-    each with its capacity estimate and interval and the limit that binds it."""
-    probes = CapacityProbes(server, workload, pool, settings, load, seed=seed, timeout_s=timeout_s, progress=progress)
+    """The concurrency search (seeded by the KV prediction; with capacity.searches > 1, that many
+    independent searches taking turns, each on its own share of the pool, and whether their
+    capacities agree), then the rate search (seeded by the request rate served at the
+    concurrency capacity, up to the highest completion rate), each with its capacity estimate
+    and interval and the limit that binds it."""
+    count = settings["searches"]
+    # capacity.searches > 1: independent searches, each on its own share of the pool, interleaved.
+    searchers = [
+        CapacityProbes(
+            server,
+            workload,
+            pool[index::count],
+            settings,
+            load,
+            seed=seed + index,
+            timeout_s=timeout_s,
+            progress=(lambda line, n=index: progress(f"search {n + 1}/{count}: {line}")) if count > 1 else progress,
+        )
+        for index in range(count)
+    ]
+    probes = searchers[0]
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
     rows = probes.supply.rows  # in the order the probes draw them
     predicted = predicted_kv_concurrency([load_request(r, 0) for r in rows], kv, max_model_len) if kv else None
@@ -370,8 +387,8 @@ def search_capacity(
 
     if predicted:
         progress(f"concurrency search: predicted KV-limited concurrency {predicted['value']}")
-    concurrency = search(
-        lambda c: probes.probe("concurrency", c),
+    concurrency, *others = interleaved(
+        [lambda c, searcher=searcher: searcher.probe("concurrency", c) for searcher in searchers],
         start=settings["start_concurrency"],
         floor=1,
         ceiling=settings["max_concurrency"],
@@ -381,6 +398,11 @@ def search_capacity(
         kv_limit=predicted["value"] if predicted else None,
     )
     record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency)}
+    if others:
+        record["concurrency_searches"] = [outcome("concurrency", other) for other in others]
+        record["reproducibility"] = reproducibility(
+            [record["concurrency"]["estimate"], *(other["estimate"] for other in record["concurrency_searches"])]
+        )
     if settings["rate"]:
         served = record["concurrency"]["at_capacity"]
         window = rate_window(settings, record["concurrency"])

@@ -284,5 +284,6 @@ def view(capacity: dict | None) -> dict | None:
         if capacity.get("request_rate")
         else None,
         "estimate_method": capacity["concurrency"]["estimate"]["method"],
+        "reproducibility": capacity.get("reproducibility"),
         "probes": probe_table(capacity),
     }

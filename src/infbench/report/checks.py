@@ -99,6 +99,18 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     else "one probe: nothing to compare",
                 }
             )
+    agreement = (capacity or {}).get("reproducibility")
+    if agreement:
+        checks.append(
+            {
+                "model": model,
+                "stage": "slo capacity",
+                "name": "independent searches agree",
+                "status": agreement["status"],
+                "value": agreement["spread"],
+                "detail": agreement["detail"],
+            }
+        )
     comparison = artifacts.get("comparison")
     if comparison:
         checks += [{"model": model, "stage": "offline", **item} for item in comparison["checks"]]

@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
+from infbench.capacity.estimate import as_number
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
 from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
@@ -233,17 +234,12 @@ CAPACITY_METHOD = (
 )
 
 
-def capacity_end(value) -> float:
-    """An end of a capacity interval as a number: outside the probed range, an infinity."""
-    return {"below": -math.inf, "above": math.inf}.get(value, value)
-
-
 def capacity_verdict(baseline: dict, candidate: dict) -> str:
     """CAPACITY_METHOD, from two estimates (capacity.estimate.capacity_estimate)."""
     if any(not isinstance(e["value"], (int, float)) for e in (baseline, candidate)):
         return NO_INTERVAL
-    base_low, base_high = map(capacity_end, baseline["ci95"])
-    low, high = map(capacity_end, candidate["ci95"])
+    base_low, base_high = map(as_number, baseline["ci95"])
+    low, high = map(as_number, candidate["ci95"])
     if high < base_low:
         return LOWER
     if low > base_high:
