@@ -18,7 +18,7 @@ from infbench.capacity.search import (
     wilson_interval,
 )
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision
-from infbench.report.capacity import capacity_text
+from infbench.report.capacity import capacity_text, estimate_text
 
 
 def fake_server(ttft_ms_at, slo_ttft_ms: float, target: float, requests: int = 200, seed: int = 0):
@@ -262,3 +262,12 @@ def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
     assert (apart["status"], apart["spread"]) == ("fail", 12) and "do not all overlap" in apart["detail"]
     ceiling = reproducibility([estimate("above", 60, "above"), estimate(58, 50, 64)])
     assert ceiling["status"] == "not_available" and ceiling["spread"] is None
+
+
+def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is():
+    fitted = {"value": 44, "ci95": [38, "above"], "lowest_probe": 8, "highest_probe": 64}
+    assert estimate_text("concurrency", fitted) == "c=44 [95 % CI c=38 to above c=64]"
+    every = {"value": "above", "ci95": ["above", "above"], "lowest_probe": 8, "highest_probe": 64}
+    assert estimate_text("concurrency", every) == "at least c=64 (every probe met: no crossing to fit)"
+    rate = {"value": 1.5, "ci95": [1.25, 2.0], "lowest_probe": 1.0, "highest_probe": 4.0}
+    assert estimate_text("request_rate", rate) == "1.50 req/s [95 % CI 1.25 req/s to 2.00 req/s]"

@@ -41,10 +41,15 @@ def capacity_text(mode: str, search: dict) -> str:
 
 
 def estimate_text(mode: str, estimate: dict | None) -> str:
-    """The fitted capacity with its interval, e.g. `c=44 [38, 51]`; an end outside the probed
-    range as `below c=8` or `above c=64`."""
+    """The fitted capacity with its interval, e.g. `c=44 [95 % CI c=38 to c=51]`; an end
+    outside the probed range as `below c=8` or `above c=64`; where every probe met (or none
+    did), no interval, only the bound."""
     if not estimate or estimate["value"] is None:
         return "none"
+    if estimate["value"] == "above":
+        return f"at least {load_text(mode, estimate['highest_probe'])} (every probe met: no crossing to fit)"
+    if estimate["value"] == "below":
+        return f"below {load_text(mode, estimate['lowest_probe'])} (no probe met: no crossing to fit)"
 
     def end(value):
         if value == "below":
@@ -54,9 +59,7 @@ def estimate_text(mode: str, estimate: dict | None) -> str:
         return load_text(mode, value)
 
     low, high = estimate["ci95"]
-    value = estimate["value"]
-    shown = f"at least {load_text(mode, estimate['highest_probe'])}" if value == "above" else end(value)
-    return f"{shown} [95 % CI {end(low)} to {end(high)}]"
+    return f"{end(estimate['value'])} [95 % CI {end(low)} to {end(high)}]"
 
 
 def probe_text(mode: str, probe: dict | None) -> str:
