@@ -28,7 +28,9 @@ def test_a_closed_loop_counts_only_requests_sent_in_its_window_with_the_load_hel
         run = windowed(server, supply.take(), Window(0.8, 20), concurrency=4, arrivals=None)
     opening = [r.sent_at - run.started for r in run.results[:4]]
     assert max(opening) < run.opened_s and not any(run.counted[:4])  # the opening wave is the ramp
-    assert run.opened_s >= max(r.sent_at + r.result.e2el - run.started for r in run.results[:4]) - 1e-6
+    # The ramp: until as many requests have completed as are in flight (4).
+    ends = sorted(r.sent_at + r.result.e2el - run.started for r in run.results)
+    assert ends[3] - 1e-6 <= run.opened_s < ends[4] + 0.05
     counted = run.counted_results
     assert run.window_s >= 0.8 and len(counted) >= 20
     assert all(run.opened_s <= r.sent_at - run.started <= run.closed_s for r in counted)
@@ -115,3 +117,17 @@ def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
     assert lines[0].startswith("search 1/2: ") and lines[1].startswith("search 2/2: ")  # turn by turn
     agreement = record["reproducibility"]
     assert agreement["status"] == "pass" and agreement["values"] == [s["estimate"]["value"] for s in searches]
+
+
+@pytest.mark.slow  # a server start; the fast group stays under a minute
+def test_the_ramp_ends_after_as_many_completions_as_slots_not_at_the_slowest_opener(tmp_path):
+    """Two of the opening four requests are long (60 tokens, about 0.6 s): the window opens
+    once four requests have completed (the two short openers and two short successors), not
+    when the long ones end."""
+    long = [{"id": f"long{i}", "prompt": "p", "prompt_tokens": 1, "max_tokens": 60} for i in range(2)]
+    short = [{"id": f"short{i}", "prompt": "p", "prompt_tokens": 1, "max_tokens": 10} for i in range(200)]
+    requests = iter([load_request(row, 0) for row in long + short])
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
+        run = windowed(server, requests, Window(0.3, 4), concurrency=4, arrivals=None)
+    ends = sorted(r.sent_at + r.result.e2el - run.started for r in run.results)
+    assert ends[3] - 1e-6 <= run.opened_s < 0.3  # a 60-token request takes 20 + 59 x 10 ms by the schedule

@@ -1,10 +1,12 @@
 """A pass measured in a steady-state window: the load is held from the first request to the
 last counted one, and only requests that lived their whole life under that load are counted.
 
-    ramp      closed loop: until every one of the opening wave's c requests has completed
-              (every slot has turned over once, so sends are no longer in lockstep);
-              open loop: until the first request has completed (after about one latency the
-              requests in flight reach rate x latency, Little's law)
+    ramp      closed loop: until c requests have completed, about one mean latency at c in
+              flight (Little's law), by when the slots have turned over at staggered times;
+              not until the opening wave's slowest request, which at a long-tailed output
+              length costs several median latencies a pass. Open loop: until the first
+              request has completed (after about one latency the requests in flight reach
+              rate x latency, Little's law)
     window    opens when the ramp ends and closes `seconds` later, or once `min_requests`
               requests were sent in it, whichever is later
     counted   the requests sent while the window was open
@@ -83,7 +85,6 @@ class _Pass:
         self.results: dict[int, StreamedResult] = {}
         self.counted: set[int] = set()
         self.in_flight_counted = 0
-        self.ramp_left = ramp
         self.opened = self.closed = None
         self.exhausted = False
         self.cut_short = False  # the supply or schedule ran out before the window was whole
@@ -118,10 +119,8 @@ class _Pass:
 
     def on_finish(self, index: int, streamed: StreamedResult) -> None:
         self.results[index] = streamed
-        if index < self.ramp:
-            self.ramp_left -= 1
-            if self.ramp_left == 0 and self.opened is None and not self.exhausted:
-                self.opened = self.now()
+        if len(self.results) == self.ramp and self.opened is None and not self.exhausted:
+            self.opened = self.now()
         if index in self.counted:
             self.in_flight_counted -= 1
         self.check_done()
