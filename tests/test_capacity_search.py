@@ -17,7 +17,7 @@ from infbench.capacity.search import (
     search,
     wilson_interval,
 )
-from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision
+from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision, pool_share
 from infbench.report.capacity import capacity_text, estimate_text
 
 
@@ -248,7 +248,12 @@ def test_interleaved_searches_take_turns_and_each_finds_what_it_would_alone():
     alone = search(probe("c", 20), **settings)
     assert [p.load for p in second.probes] == [p.load for p in alone.probes]
     turns = calls[: 2 * min(len(first.probes), len(second.probes))]
-    assert turns == ["a", "b"] * (len(turns) // 2)  # a probe of each in turn while both run
+    # A probe of each a round while both run, who goes first alternating.
+    assert turns == ["a", "b", "b", "a"] * (len(turns) // 4) + ["a", "b"] * (len(turns) % 4 // 2)
+    # The searches' requests: disjoint shares that together are the whole pool.
+    pool = [{"id": i} for i in range(11)]
+    shares = [pool_share(pool, index, 2) for index in range(2)]
+    assert sorted(r["id"] for share in shares for r in share) == list(range(11)) and len(shares[0]) == 6
 
 
 def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
@@ -260,6 +265,9 @@ def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
     # Neighbours overlapping is not enough: the first and the third do not.
     apart = reproducibility([estimate(30, 28, 33), estimate(36, 32, 40), estimate(42, 39, 45)])
     assert (apart["status"], apart["spread"]) == ("fail", 12) and "do not all overlap" in apart["detail"]
+    # An interval's end beyond the probed range is an infinity: [40, above] shares [52, 64].
+    open_ended = reproducibility([estimate(47, 40, "above"), estimate(58, 52, 64)])
+    assert (open_ended["status"], open_ended["spread"]) == ("pass", 11)
     ceiling = reproducibility([estimate("above", 60, "above"), estimate(58, 50, 64)])
     assert ceiling["status"] == "not_available" and ceiling["spread"] is None
 
@@ -268,6 +276,23 @@ def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is(
     fitted = {"value": 44, "ci95": [38, "above"], "lowest_probe": 8, "highest_probe": 64}
     assert estimate_text("concurrency", fitted) == "c=44 [95 % CI c=38 to above c=64]"
     every = {"value": "above", "ci95": ["above", "above"], "lowest_probe": 8, "highest_probe": 64}
-    assert estimate_text("concurrency", every) == "at least c=64 (every probe met: no crossing to fit)"
+    assert estimate_text("concurrency", every) == "at least c=64 (the fit meets the target at every probe)"
+    # The bootstrap's low end may lie inside the probed range (the highest probe only just met):
+    # it is kept.
+    edge = {"value": "above", "ci95": [23, "above"], "lowest_probe": 8, "highest_probe": 32}
+    assert (
+        estimate_text("concurrency", edge)
+        == "at least c=32 (the fit meets the target at every probe; 95 % CI from c=23)"
+    )
     rate = {"value": 1.5, "ci95": [1.25, 2.0], "lowest_probe": 1.0, "highest_probe": 4.0}
     assert estimate_text("request_rate", rate) == "1.50 req/s [95 % CI 1.25 req/s to 2.00 req/s]"
+
+
+def test_the_report_lists_whether_independent_searches_agree():
+    from infbench.report.checks import collect_checks
+
+    disagree = reproducibility([{"value": 30, "ci95": [28, 33]}, {"value": 42, "ci95": [39, 45]}])
+    checks = collect_checks("m", {"slo_capacity": {"reproducibility": disagree}})
+    agreement = next(c for c in checks if c["name"] == "independent searches agree")
+    assert (agreement["status"], agreement["value"], agreement["stage"]) == ("fail", 12, "slo capacity")
+    assert not any(c["name"] == "independent searches agree" for c in collect_checks("m", {"slo_capacity": {}}))

@@ -377,7 +377,11 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "table": pd.DataFrame(),
         "figures": [],
     }
-    for name, view in (("capacity", capacity), ("serving", serving)):
+    agreeing = {
+        **capacity,
+        "reproducibility": {"detail": "2 interleaved searches: 44 [38, 51], 47 [40, 55]", "spread": 3},
+    }
+    for name, view in (("capacity", capacity), ("capacity", agreeing), ("serving", serving)):
         html = env.get_template(f"sections/{name}.html.j2").render(v=view)
         assert not run_together("<body>" + html), name
     assert run_together("<body><p>It ran.Then it stopped.</p>")

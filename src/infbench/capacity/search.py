@@ -176,17 +176,22 @@ def search_steps(
 
 def interleaved(probes: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
     """One search per `probe` function, all with the same settings, taking turns probe by
-    probe (so that the machine's drift reaches each alike) until every one has finished."""
+    probe until every one has finished, who goes first rotating each round (so that the
+    machine's drift, and the first look at a new load, reach each alike)."""
     steps = [search_steps(**settings) for _ in probes]
     pending = {index: next(step) for index, step in enumerate(steps)}
     results: dict[int, SearchResult] = {}
+    round_ = 0
     while pending:
-        for index in list(pending):
+        order = sorted(pending)
+        for index in order[round_ % len(order) :] + order[: round_ % len(order)]:
+            measured = probes[index](pending[index])  # outside the try: a probe's own StopIteration is an error
             try:
-                pending[index] = steps[index].send(probes[index](pending[index]))
+                pending[index] = steps[index].send(measured)
             except StopIteration as finished:
                 results[index] = finished.value
                 del pending[index]
+        round_ += 1
     return [results[index] for index in range(len(probes))]
 
 

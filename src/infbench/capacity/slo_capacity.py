@@ -269,7 +269,8 @@ class CapacityProbes:
             if not run.counted_results and not replay:
                 raise CapacityError(
                     f"the request pool ran out before the window of probe {mode} {load:g} counted a request "
-                    f"({run.sent} sent, {len(self.supply.rows)} distinct requests in request_pool.jsonl): raise "
+                    f"({run.sent} sent, {len(self.supply.rows)} distinct requests in this search's share of "
+                    "request_pool.jsonl): raise "
                     "workload.pool_requests (a dataset: use a larger one), or lower capacity.max_concurrency"
                 )
             record = pass_record(run, slo_ms, open_loop=not closed)
@@ -320,6 +321,12 @@ def rate_window(settings: dict, concurrency_record: dict) -> Window:
     return Window(max(settings["window_s"], LONG_PASS * latency_s), settings["window_requests"])
 
 
+def pool_share(pool: list[dict], index: int, count: int) -> list[dict]:
+    """Search `index` of `count`'s requests: every count-th row from the index-th, so that the
+    searches' shares are disjoint and together the whole pool."""
+    return pool[index::count]
+
+
 def search_capacity(
     server,
     workload: list[dict],
@@ -345,7 +352,7 @@ def search_capacity(
         CapacityProbes(
             server,
             workload,
-            pool[index::count],
+            pool_share(pool, index, count),
             settings,
             load,
             seed=seed + index,

@@ -47,7 +47,9 @@ def estimate_text(mode: str, estimate: dict | None) -> str:
     if not estimate or estimate["value"] is None:
         return "none"
     if estimate["value"] == "above":
-        return f"at least {load_text(mode, estimate['highest_probe'])} (every probe met: no crossing to fit)"
+        low = estimate["ci95"][0]
+        bound = "" if low == "above" else f"; 95 % CI from {load_text(mode, low)}"
+        return f"at least {load_text(mode, estimate['highest_probe'])} (the fit meets the target at every probe{bound})"
     if estimate["value"] == "below":
         return f"below {load_text(mode, estimate['lowest_probe'])} (no probe met: no crossing to fit)"
 

@@ -68,7 +68,7 @@ def run_tuning(
                 server,
                 workload,
                 pool,
-                {**capacity, "rate": False},
+                {**capacity, "rate": False, "searches": 1},  # a cell's capacity, one search
                 load,
                 kv,
                 max_model_len=spec.engine["max_model_len"],
