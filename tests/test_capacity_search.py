@@ -284,6 +284,11 @@ def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is(
         estimate_text("concurrency", edge)
         == "at least c=32 (the fit meets the target at every probe; 95 % CI from c=23)"
     )
+    # Both ends outside the probes (a single probe that met, a bootstrap that also crossed below it).
+    lone = {"value": "above", "ci95": ["below", "above"], "lowest_probe": 8, "highest_probe": 8}
+    assert estimate_text("concurrency", lone) == (
+        "at least c=8 (the fit meets the target at every probe; 95 % CI from below c=8)"
+    )
     rate = {"value": 1.5, "ci95": [1.25, 2.0], "lowest_probe": 1.0, "highest_probe": 4.0}
     assert estimate_text("request_rate", rate) == "1.50 req/s [95 % CI 1.25 req/s to 2.00 req/s]"
 

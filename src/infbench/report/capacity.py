@@ -46,12 +46,6 @@ def estimate_text(mode: str, estimate: dict | None) -> str:
     did), no interval, only the bound."""
     if not estimate or estimate["value"] is None:
         return "none"
-    if estimate["value"] == "above":
-        low = estimate["ci95"][0]
-        bound = "" if low == "above" else f"; 95 % CI from {load_text(mode, low)}"
-        return f"at least {load_text(mode, estimate['highest_probe'])} (the fit meets the target at every probe{bound})"
-    if estimate["value"] == "below":
-        return f"below {load_text(mode, estimate['lowest_probe'])} (no probe met: no crossing to fit)"
 
     def end(value):
         if value == "below":
@@ -61,6 +55,12 @@ def estimate_text(mode: str, estimate: dict | None) -> str:
         return load_text(mode, value)
 
     low, high = estimate["ci95"]
+    if estimate["value"] == "above":
+        bound = "" if low == "above" else f"; 95 % CI from {end(low)}"
+        return f"at least {load_text(mode, estimate['highest_probe'])} (the fit meets the target at every probe{bound})"
+    if estimate["value"] == "below":
+        bound = "" if high == "below" else f"; 95 % CI up to {end(high)}"
+        return f"below {load_text(mode, estimate['lowest_probe'])} (no probe met: no crossing to fit{bound})"
     return f"{end(estimate['value'])} [95 % CI {end(low)} to {end(high)}]"
 
 
