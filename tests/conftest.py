@@ -99,13 +99,15 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
     return config
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: float = 1800, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the real snakemake CLI in `workdir`: on the workdir's own Snakefile where it is a
     project (a copy of this repository), on this repository's otherwise."""
     snakefile = workdir / "Snakefile" if (workdir / "Snakefile").is_file() else REPO / "Snakefile"
     snakemake_bin = str(Path(sys.executable).parent / "snakemake")
     command = [snakemake_bin, "--snakefile", str(snakefile), "--directory", str(workdir), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result

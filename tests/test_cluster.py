@@ -21,18 +21,10 @@ def test_second_working_directory_reuses_the_cached_model(tmp_path):
     for name in ("alice", "bob"):
         workdir = tmp_path / name
         write_config(workdir, config)
-        command = [
-            str(REPO / ".venv/bin/snakemake"),
-            "--snakefile",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(workdir),
-            "--cache",
-            "--cores",
-            "2",
-            "resources/models/cached-smollm2",
-        ]
-        runs[name] = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=True)
+        # The helper puts Snakemake's output in the failure message.
+        runs[name] = snakemake(
+            workdir, "--cache", "--cores", "2", "resources/models/cached-smollm2", env=env, timeout=900
+        )
     first, second = tmp_path / "alice", tmp_path / "bob"
     assert "to cache" in runs["alice"].stderr
     assert "from cache" in runs["bob"].stderr
