@@ -35,7 +35,7 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     assert len(probes) == len(search["probes"])  # no load probed twice
     assert probes[search["capacity"]]["met"] and not probes[search["first_failing"]]["met"]
     target = capacity["attainment_target"]
-    for probe in [*search["probes"], *capacity["request_rate"]["probes"]]:
+    for probe in search["probes"]:
         passes = probe["pass_records"]
         assert probe["passes"] == len(passes) >= 1
         assert probe["requests"] == sum(p["requests"] for p in passes)
@@ -72,18 +72,8 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     expected = static_capacity(trace, strategy, (kv["num_blocks"] - 1) * kv["block_size"], 256)
     assert capacity["predicted_kv_concurrency"]["value"] == expected
     assert search["binding"]["limit"] in ("compute", "scheduler", "kv_memory", "max_num_seqs")
-    # The rate search, seeded by the closed loop's request rate at its capacity.
-    rate = capacity["request_rate"]
-    assert rate["probes"][0]["load"] == pytest.approx(
-        max(search["at_capacity"]["request_throughput"]["mean"], settings["min_rate"])
-    )
-    # No rate above the most requests per second a closed-loop probe completed: past the server's
-    # throughput an open loop's queue grows without bound.
-    highest = max(p["request_throughput"]["mean"] for p in search["probes"])
-    assert max(p["load"] for p in rate["probes"]) <= max(highest, rate["probes"][0]["load"]) * (1 + 1e-9)
-    # Rate windows of at least ten median latencies of the closed loop at its capacity.
-    long_enough = max(settings["window_s"], 10 * search["at_capacity"]["median_e2el_ms"] / 1000)
-    assert all(probe["window"]["seconds"] == pytest.approx(long_enough) for probe in rate["probes"])
+    # The rate search is off in the test config (tested on reference servers).
+    assert "request_rate" not in capacity
     served = search["at_capacity"]["output_throughput"]["mean"]
     assert capacity["cost"]["per_million_output_tokens"] == pytest.approx(2.0 / (served * 3600) * 1e6)
 

@@ -131,3 +131,37 @@ def test_the_ramp_ends_after_as_many_completions_as_slots_not_at_the_slowest_ope
         run = windowed(server, requests, Window(0.3, 4), concurrency=4, arrivals=None)
     ends = sorted(r.sent_at + r.result.e2el - run.started for r in run.results)
     assert ends[3] - 1e-6 <= run.opened_s < 0.3  # a 60-token request takes 20 + 59 x 10 ms by the schedule
+
+
+@pytest.mark.slow  # a concurrency search, then three open-loop probes of about 1.5 s windows
+def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_its_latency(tmp_path):
+    # TPOT about 2 + 2c ms: under the 17 ms SLO up to c = 7, over it from c = 8.
+    schedule = Schedule(ttft_ms=10, itl_ms=2, itl_ms_per_running=2, max_num_seqs=64)
+    settings = {
+        "attainment": 0.9, "window_s": 0.3, "window_requests": 20, "repeats": 1, "start_concurrency": 4,
+        "max_concurrency": 16, "max_probes": 3, "tolerance": 0.0, "rate": True, "min_rate": 0.1, "searches": 1,
+    }  # fmt: skip
+    load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 17}}
+    pool = [{**row, "max_tokens": 8, "api": "completions", "id": f"{row['id']}-{i}"} for i, row in enumerate(ROWS * 8)]
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        record = search_capacity(
+            server, pool, pool, settings, load, None,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lambda line: None,
+        )  # fmt: skip
+    search, rate = record["concurrency"], record["request_rate"]
+    # Seeded by the request rate the closed loop completed at its capacity (Little's law) ...
+    assert rate["probes"][0]["load"] == pytest.approx(
+        max(search["at_capacity"]["request_throughput"]["mean"], settings["min_rate"])
+    )
+    # ... never above the most requests per second any closed-loop probe completed ...
+    highest = max(p["request_throughput"]["mean"] for p in search["probes"])
+    assert max(p["load"] for p in rate["probes"]) <= max(highest, rate["probes"][0]["load"]) * (1 + 1e-9)
+    # ... in windows of at least ten median latencies of the closed loop at its capacity.
+    long_enough = max(settings["window_s"], 10 * search["at_capacity"]["median_e2el_ms"] / 1000)
+    assert long_enough > 1.0
+    for probe in rate["probes"]:
+        assert probe["window"]["seconds"] == pytest.approx(long_enough)
+        for one in probe["pass_records"]:
+            opened, closed = one["window_s"]
+            assert closed - opened >= long_enough and one["sent"] > one["requests"] > 0
+    assert rate["trace_rate"] is None
