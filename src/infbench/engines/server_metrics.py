@@ -15,6 +15,15 @@ from infbench.engines.vllm_server import ServerError
 # Server metrics kept in the time series (vLLM 0.32 names).
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 COUNTERS = ("vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+# Histograms of what vLLM times per request, kept as their `_sum` and `_count` (time_breakdown).
+HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_time_per_output_token_seconds",
+)
 
 
 @dataclass
@@ -38,7 +47,8 @@ def parse_metrics(text: str) -> dict:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             counter = sample.name.endswith("_total") and sample.name.removesuffix("_total") in COUNTERS
-            if sample.name in GAUGES or counter:
+            histogram = family.name in HISTOGRAMS and sample.name in (f"{family.name}_sum", f"{family.name}_count")
+            if sample.name in GAUGES or counter or histogram:
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return values
 

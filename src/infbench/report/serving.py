@@ -218,6 +218,46 @@ def ceiling_view(ceiling: dict) -> dict:
     }
 
 
+def share_text(parts: dict, key: str) -> str:
+    """A part of a mean in ms with its share of the client's mean; blank where the split has no such part."""
+    value, whole = parts.get(key), parts["client"]
+    if value is None:
+        return ""
+    return f"{value:.1f} ({value / whole:.0%})" if whole > 0 else f"{value:.1f}"
+
+
+def breakdown_table(levels: list[dict]) -> pd.DataFrame:
+    """Each level's mean TTFT and E2E latency split by vLLM's own timestamps, and the engine's
+    TPOT beside the client's (serving.time_breakdown); a level without a split says why."""
+    rows = []
+    for level in levels:
+        split = level.get("time_breakdown")
+        if split is None:
+            continue
+        for latency in ("ttft", "e2el"):
+            row = {"level": level_label(level), "mean of": latency.upper(), "requests": split["requests"]}
+            parts = split[f"{latency}_ms"]
+            if parts is None:
+                rows.append({**row, "client ms": "no split: " + split["check"]["detail"]})
+                continue
+            whole = parts["client"]
+            rows.append(
+                {
+                    **row,
+                    "client ms": fmt(whole, 1),
+                    "engine queue": share_text(parts, "engine_queue"),
+                    "engine prefill": share_text(parts, "engine_prefill"),
+                    "engine decode": share_text(parts, "engine_decode"),
+                    "API server": share_text(parts, "api_server"),
+                    "HTTP and client": share_text(parts, "http_and_client"),
+                    "TPOT ms client / engine": f"{split['tpot_ms']['client']:.2f} / {split['tpot_ms']['engine']:.2f}"
+                    if latency == "e2el"
+                    else "",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def view(server: dict | None, load: dict | None) -> dict | None:
     """What the section shows; None without a server and its load sweep."""
     if not server or not load:
@@ -248,4 +288,5 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "ceiling": ceiling_view(load["client_ceiling"]),
         "table": table,
         "figures": sweep_figures(levels, table, tail),
+        "breakdown": breakdown_table(levels),
     }

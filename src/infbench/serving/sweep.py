@@ -27,6 +27,7 @@ from infbench.serving.level_checks import (
     processes_needed,
     validity_checks,
 )
+from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
 from infbench.workload.requests import has_chat_template
 
 
@@ -165,6 +166,7 @@ def repeat_summary(
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             "checks": validity_checks(run, requests, tokenizer, prefix_caching, client_cost),
             "metrics_series": run.metrics.samples,
+            "time_totals": pass_totals(series, results),
             "requests": records,
             **queue_figures(records),
         }
@@ -273,6 +275,7 @@ def summarize_level(
     summary = aggregate(results, duration)
     pooled = [r for repeat in repeats for r in repeat["requests"]]
     arrivals = level.arrivals
+    time_split = breakdown(pooled_totals([repeat["time_totals"] for repeat in repeats]))
 
     def mean_of(key):
         values = [repeat[key] for repeat in repeats if repeat[key] is not None]
@@ -311,7 +314,8 @@ def summarize_level(
             **queue_figures(pooled),
             "across_repeats": {key: summarize(repeat[key] for repeat in repeats).to_json() for key in ACROSS_REPEATS},
             "percentile_support": percentile_support(pooled),
-            "checks": [*worst_checks(repeats), repeats_agree(repeats)],
+            "time_breakdown": time_split,
+            "checks": [*worst_checks(repeats), repeats_agree(repeats), *([time_split["check"]] if time_split else [])],
             "repeats": repeats,
         }
     )
