@@ -17,6 +17,8 @@ def main(stage):
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     server = measured_server(spec, params.server["external"], stage.log.server)
     external = isinstance(server, ExternalEndpoint)
+    # Read before the server starts: importing vLLM's defaults takes seconds of CPU.
+    max_num_seqs = None if external else server_max_num_seqs(params.engine)
     with server:
         placement = place_client(params.threads, params.device)
         print(f"measuring {server.base_url}; {placement['note']}")
@@ -29,7 +31,7 @@ def main(stage):
             params.load,
             kv,
             max_model_len=params.engine["max_model_len"],
-            max_num_seqs=None if external else server_max_num_seqs(params.engine, params.device),
+            max_num_seqs=max_num_seqs["value"] if max_num_seqs else None,
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],
         )
@@ -45,6 +47,7 @@ def main(stage):
             "attainment_target": params.capacity["attainment"],
             "settings": params.capacity,
             "kv": kv,
+            "max_num_seqs": max_num_seqs,
             **result,
             "cost": {
                 "per_hour": params.cost["per_hour"],

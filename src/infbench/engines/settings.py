@@ -100,10 +100,18 @@ def place_client(threads: int, device: str) -> dict:
     }
 
 
-# vLLM 0.32's default cap on running requests for its OpenAI server where the config sets none
-# (EngineArgs: 128 on CPU; on GPUs it depends on the device's memory, so it is not assumed).
-SERVER_DEFAULT_MAX_NUM_SEQS = {"cpu": 128}
+def server_max_num_seqs(engine: dict) -> dict:
+    """The cap on running requests the vLLM server runs with: the config's engine.max_num_seqs,
+    else vLLM's own default for its OpenAI server on this machine's platform (EngineArgs'
+    get_batch_defaults: 128 on CPU; 256 or 1024 on GPUs by the device's memory), read here
+    because it depends on the device. Call it on the machine the server runs on."""
+    if engine.get("max_num_seqs"):
+        return {"value": int(engine["max_num_seqs"]), "source": "engine.max_num_seqs"}
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
 
-
-def server_max_num_seqs(engine: dict, device: str) -> int | None:
-    return engine.get("max_num_seqs") or SERVER_DEFAULT_MAX_NUM_SEQS.get(device)
+    _, max_num_seqs = EngineArgs.get_batch_defaults(world_size=1)
+    return {
+        "value": int(max_num_seqs[UsageContext.OPENAI_API_SERVER]),
+        "source": "vLLM's default for its OpenAI server on this device (EngineArgs.get_batch_defaults)",
+    }

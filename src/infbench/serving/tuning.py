@@ -72,7 +72,7 @@ def run_tuning(
                 load,
                 kv,
                 max_model_len=spec.engine["max_model_len"],
-                max_num_seqs=server_max_num_seqs({**spec.engine, **extra}, spec.device),
+                max_num_seqs=server_max_num_seqs({**spec.engine, **extra})["value"],
                 seed=spec.seed,
                 timeout_s=request_timeout_s,
                 progress=progress,
