@@ -72,6 +72,13 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     expected = static_capacity(trace, strategy, (kv["num_blocks"] - 1) * kv["block_size"], 256)
     assert capacity["predicted_kv_concurrency"]["value"] == expected
     assert search["binding"]["limit"] in ("compute", "scheduler", "kv_memory", "max_num_seqs")
+    # The cap the binding limit is judged by is vLLM's own for its OpenAI server on a CPU (0.32: 128).
+    assert capacity["max_num_seqs"] == {
+        "value": 128,
+        "source": "vLLM's default for its OpenAI server on this device (EngineArgs.get_batch_defaults)",
+    }
+    page = (tiny_run / "results/report.html").read_text()
+    assert "The server ran at most 128 requests at once (max_num_seqs, from vLLM&#39;s default" in page
     # The rate search is off in the test config (tested on reference servers).
     assert "request_rate" not in capacity
     served = search["at_capacity"]["output_throughput"]["mean"]

@@ -301,3 +301,29 @@ def test_the_report_lists_whether_independent_searches_agree():
     agreement = next(c for c in checks if c["name"] == "independent searches agree")
     assert (agreement["status"], agreement["value"], agreement["stage"]) == ("fail", 12, "slo capacity")
     assert not any(c["name"] == "independent searches agree" for c in collect_checks("m", {"slo_capacity": {}}))
+
+
+def test_the_cap_judged_by_is_the_configs_where_it_sets_one():
+    from infbench.engines.settings import server_max_num_seqs
+
+    # Without one, vLLM's own default is read (tests/test_capacity.py, on the tiny run).
+    assert server_max_num_seqs({"max_num_seqs": 16}) == {"value": 16, "source": "engine.max_num_seqs"}
+
+
+def test_the_report_warns_where_the_rate_searchs_client_fell_behind():
+    from infbench.report.checks import collect_checks
+
+    def rate_search(*behind):
+        probes = [
+            {"load": load, "client_behind": load in behind, "attainment_ci95": [0.9, 1.0]} for load in (10.0, 40.0)
+        ]
+        return {"request_rate": {"probes": probes, "capacity": 10.0, "first_failing": 40.0, "converged": True,
+                                 "outcome": "bracketed", "attainment_rises": []}}  # fmt: skip
+
+    def kept(artifact):
+        checks = collect_checks("m", {"slo_capacity": artifact})
+        return next(c for c in checks if c["name"] == "request rate search: the client kept its schedule")
+
+    assert kept(rate_search())["status"] == "pass"
+    behind = kept(rate_search(40.0))
+    assert behind["status"] == "warn" and behind["value"] == 1 and "at 40.00 req/s" in behind["detail"]

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from infbench.capacity.slo_capacity import pass_record, search_capacity
+from infbench.capacity.slo_capacity import pass_record, probe_record, search_capacity
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import load_request
 from infbench.serving.reference_server import ReferenceServer, Schedule
@@ -19,6 +19,17 @@ def windowed(server, supply, window, **level):
     return asyncio.run(
         run_window(server.base_url, "m", supply, window=window, seed=0, interval_s=0.02, timeout_s=30, **level)
     )
+
+
+def open_loop_passes(server, rows, rates, window, slo_ms) -> dict:
+    """One open-loop pass record at each rate, in turn, on distinct requests."""
+    supply = RequestSupply(rows, load_request, seed=1)
+    return {
+        rate: pass_record(
+            windowed(server, supply.take(), window, concurrency=None, arrivals=Arrivals(rate)), slo_ms, open_loop=True
+        )
+        for rate in rates
+    }
 
 
 def test_a_closed_loop_counts_only_requests_sent_in_its_window_with_the_load_held(tmp_path):
@@ -77,15 +88,7 @@ def test_an_open_loop_above_the_servers_throughput_is_saturated_and_one_below_is
     # Two slots of about 0.11 s each: the server completes at most about 18 requests a second.
     schedule = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=2)
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        supply = RequestSupply(ROWS, load_request, seed=1)
-        records = {
-            rate: pass_record(
-                windowed(server, supply.take(), Window(0.6, 10), concurrency=None, arrivals=Arrivals(rate)),
-                {"ttft": 1000},
-                open_loop=True,
-            )
-            for rate in (6.0, 60.0)
-        }
+        records = open_loop_passes(server, ROWS, (6.0, 60.0), Window(0.6, 10), {"ttft": 1000})
     assert not records[6.0]["saturated"], records[6.0]
     assert (
         records[60.0]["saturated"]
@@ -165,3 +168,21 @@ def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_i
             opened, closed = one["window_s"]
             assert closed - opened >= long_enough and one["sent"] > one["requests"] > 0
     assert rate["trace_rate"] is None
+
+
+@pytest.mark.slow  # a server start and two short open-loop passes
+def test_a_rate_the_client_cannot_send_is_never_met(tmp_path):
+    """At 5,000 req/s one client process (about 0.7 ms of CPU a request here) falls further
+    behind its schedule with every request: the probe was not offered its rate, so it is not
+    met however well the server did; at 20 req/s the client keeps its schedule."""
+    schedule = Schedule(ttft_ms=0, itl_ms=0, max_num_seqs=4096, num_blocks=1 << 20)
+    rows = [{**row, "id": f"{row['id']}-{i}", "max_tokens": 2} for i, row in enumerate(ROWS * 20)]
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        records = open_loop_passes(server, rows, (20.0, 5000.0), Window(0.5, 10), {"ttft": 60_000})
+    assert not records[20.0]["client_behind"] and records[20.0]["p90_send_lag_ms"] < 50, records[20.0]
+    fast = records[5000.0]
+    assert fast["client_behind"] and fast["p90_send_lag_ms"] > 50, fast["p90_send_lag_ms"]
+    # Every counted request met the SLO, yet the probe is not met.
+    assert fast["met_slo"] == fast["requests"] > 0
+    probe = probe_record([fast], [], repeats=1, target=0.9)
+    assert probe["client_behind"] and probe["decision"] == "undecided"

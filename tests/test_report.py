@@ -332,8 +332,10 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "binding_limit": "compute",
         "binding_at": 4,
         "binding_evidence": "nothing waited",
+        "max_num_seqs": None,
         "cost": None,
         "rate_searched": False,
+        "behind_ms": "50",
         "window": {"seconds": 10, "requests": 40, "repeats": 3},
         "rate_window_s": None,
         "estimate_method": "a fit",
@@ -376,6 +378,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         },  # fmt: skip
         "table": pd.DataFrame(),
         "figures": [],
+        "breakdown": pd.DataFrame(),
     }
     agreeing = {
         **capacity,

@@ -37,6 +37,7 @@ from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LoadRequest, load_request
+from infbench.serving.level_checks import SEND_LAG_WARN_S
 from infbench.serving.window import RequestSupply, Window, WindowRun, run_window
 
 # An open-loop pass whose server completed requests during the window at under this share of
@@ -48,6 +49,10 @@ LONG_PASS = 10
 # Requests waiting, averaged over the second half of the window, above the first half's by
 # at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
+# An open-loop pass in which more than a tenth of the counted requests left later than this
+# after their scheduled time did not offer its rate: the client fell behind its schedule.
+SEND_LAG_BEHIND_S = SEND_LAG_WARN_S
+BEHIND_QUANTILE = 90
 
 
 class CapacityError(UserError):
@@ -70,12 +75,19 @@ def queue_growing(run: WindowRun) -> bool:
     return second - first >= QUEUE_GROWTH
 
 
-def decision(met: int, counted: int, target: float, saturated: bool = False) -> str:
-    """met / missed / undecided, by the 95 % Wilson interval of met / counted against the target."""
+def decision(met: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
+    """met / missed / undecided, by the 95 % Wilson interval of met / counted against the target;
+    never met where the client fell behind its schedule (the load was not offered)."""
     low, high = wilson_interval(met, counted)
     if saturated or high < target:
         return "missed"
-    return "met" if low >= target else "undecided"
+    return "met" if low >= target and not client_behind else "undecided"
+
+
+def send_lag_p90_ms(run: WindowRun) -> float | None:
+    """The 90th percentile of the counted requests' send lags (open loop), None for a closed loop."""
+    lags = run.counted_send_lags_s
+    return percentile([lag * MS for lag in lags], BEHIND_QUANTILE) if lags else None
 
 
 def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
@@ -92,6 +104,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     completed_rate = run.completed_in_window() / window if window else None
     behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
     growing = open_loop and queue_growing(run)
+    lag_ms = send_lag_p90_ms(run) if open_loop else None
     return {
         "window_s": [run.opened_s, run.closed_s],
         "sent": run.sent,
@@ -113,6 +126,8 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "achieved_request_rate": completed_rate if open_loop else None,
         "queue_growing": growing,
         "saturated": behind or growing,
+        "p90_send_lag_ms": lag_ms,
+        "client_behind": lag_ms is not None and lag_ms > SEND_LAG_BEHIND_S * MS,
         "mean_num_requests_running": sum(running) / len(running) if running else None,
         "peak_num_requests_running": series.peak("vllm:num_requests_running"),
         "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
@@ -133,6 +148,7 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
     met = sum(p["met_slo"] for p in passes)
     low, high = wilson_interval(met, counted)
     saturated = any(p["saturated"] for p in passes)
+    client_behind = any(p.get("client_behind") for p in passes)
 
     def peak(key):
         values = [p[key] for p in passes if p[key] is not None]
@@ -146,7 +162,7 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
         "met_slo": met,
         "attainment": met / counted if counted else 0.0,
         "attainment_ci95": [low, high],
-        "decision": decision(met, counted, target, saturated),
+        "decision": decision(met, counted, target, saturated, client_behind),
         "supply_exhausted": any(p["supply_exhausted"] for p in passes),
         "output_throughput": summarize(p["output_throughput"] for p in passes).to_json(),
         "request_throughput": summarize(p["request_throughput"] for p in passes).to_json(),
@@ -163,6 +179,7 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
         if any(r.itl for r in pooled)
         else None,
         "saturated": saturated,
+        "client_behind": client_behind,
         "stopped_early": len(passes) < repeats,
         "peak_num_requests_running": peak("peak_num_requests_running"),
         "peak_num_requests_waiting": peak("peak_num_requests_waiting"),
@@ -278,7 +295,8 @@ class CapacityProbes:
             pooled += [s.result for s in run.counted_results]
             met, counted = sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes)
             # A trace replay ends with the trace: its passes pool until decided, as others do.
-            if decision(met, counted, target, record["saturated"]) != "undecided" or (
+            behind = any(p["client_behind"] for p in passes)
+            if decision(met, counted, target, record["saturated"], behind) != "undecided" or (
                 record["supply_exhausted"] and not replay
             ):
                 break
@@ -290,7 +308,11 @@ class CapacityProbes:
         if replay:
             record["supply_exhausted"] = False  # the trace's end closes each pass
         verdict = record["decision"]
-        met = verdict == "met" or (verdict == "undecided" and record["attainment"] >= target)
+        # Undecided, a probe steers the search by its share, except where the client fell behind:
+        # a load it did not offer is no evidence that the server met it.
+        met = verdict == "met" or (
+            verdict == "undecided" and record["attainment"] >= target and not record["client_behind"]
+        )
         shown = f"c={int(load)}" if closed else f"{load:.2f} req/s"
         low, high = record["attainment_ci95"]
         self.progress(
@@ -299,6 +321,7 @@ class CapacityProbes:
             f"window(s) of {window.seconds:g} s, p99 TTFT {record['p99_ttft_ms'] or 0:.0f} ms, p99 TPOT "
             f"{record['p99_tpot_ms'] or 0:.1f} ms, {record['output_throughput']['mean']:.1f} output tok/s: {verdict}"
             + (" (saturated)" if record["saturated"] else "")
+            + (" (the client fell behind its schedule: this rate was not offered)" if record["client_behind"] else "")
             + (f", so {'met' if met else 'missed'} by its point estimate" if verdict == "undecided" else "")
             + (" (the request pool ran out: raise workload.pool_requests)" if record["supply_exhausted"] else "")
         )
@@ -380,11 +403,13 @@ def search_capacity(
             **binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs),
         }
         record["at_capacity"] = by_load.get(result.capacity)
-        # A saturated probe's requests met the SLO only on their way into a queue without bound: none counts.
+        # A saturated probe's requests met the SLO only on their way into a queue without bound: none
+        # counts. A probe whose client fell behind was not offered its load: it is left out.
         record["estimate"] = capacity_estimate(
             [
                 (p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"])
                 for p in result.probes
+                if not p.record["client_behind"]
             ],
             settings["attainment"],
             integer=mode == "concurrency",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from infbench.capacity.search import OUTCOME_FIXES
+from infbench.capacity.slo_capacity import SEND_LAG_BEHIND_S
+from infbench.core.metrics import MS
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -113,9 +115,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                         if probe["decision"] != "undecided"
                         else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
                     )
-                    + (
-                        ", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else ""
-                    ),
+                    + (", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else "")
+                    + (", the client fell behind its schedule" if probe.get("client_behind") else ""),
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
                     "counted / sent": f"{probe['requests']} / {probe['sent']}",
@@ -271,6 +272,7 @@ def view(capacity: dict | None) -> dict | None:
         "binding_limit": binding["limit"].replace("_", " "),
         "binding_at": int(binding["at"]),
         "binding_evidence": binding["evidence"],
+        "max_num_seqs": capacity.get("max_num_seqs"),
         "cost": {
             "per_hour": cost["per_hour"],
             "currency": cost["currency"],
@@ -279,6 +281,7 @@ def view(capacity: dict | None) -> dict | None:
         if cost["per_million_output_tokens"] is not None
         else None,
         "rate_searched": "request_rate" in capacity,
+        "behind_ms": f"{SEND_LAG_BEHIND_S * MS:.0f}",
         "trace_rate": fmt(capacity["request_rate"].get("trace_rate"), 2)
         if capacity.get("request_rate", {}).get("trace_rate")
         else None,

@@ -4,6 +4,7 @@ worst first."""
 from __future__ import annotations
 
 from infbench.capacity.search import OUTCOME_FIXES, OUTCOMES
+from infbench.capacity.slo_capacity import SEND_LAG_BEHIND_S
 from infbench.core.checks import STATUS_RANK
 from infbench.report.capacity import capacity_text, load_text
 from infbench.report.serving import level_label
@@ -99,6 +100,26 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     else "one probe: nothing to compare",
                 }
             )
+            if mode == "request_rate":
+                behind = [probe["load"] for probe in search["probes"] if probe.get("client_behind")]
+                checks.append(
+                    {
+                        "model": model,
+                        "stage": "slo capacity",
+                        "name": "request rate search: the client kept its schedule",
+                        "status": "warn" if behind else "pass",
+                        "value": len(behind),
+                        "detail": (
+                            "over a tenth of the counted requests left more than "
+                            f"{SEND_LAG_BEHIND_S * 1000:.0f} ms late at "
+                            + ", ".join(load_text(mode, load) for load in behind)
+                            + ": those rates were not offered, so they are not met and not in the fitted capacity "
+                            "(a client on cores the server does not use sends more)"
+                        )
+                        if behind
+                        else f"every probe's 90th-percentile send lag within {SEND_LAG_BEHIND_S * 1000:.0f} ms",
+                    }
+                )
     agreement = (capacity or {}).get("reproducibility")
     if agreement:
         checks.append(
