@@ -195,3 +195,49 @@ def reference_paired_ratio(numerator: list[float], denominator: list[float]) -> 
 
     mean, low, high = reference_mean_interval([math.log(a / b) for a, b in zip(numerator, denominator)])
     return math.exp(mean), math.exp(low), math.exp(high)
+
+
+def wilson_95(successes: int, n: int) -> tuple[float, float]:
+    """The Wilson score interval, written out here (z = 1.959964), ends exact at 0 and n."""
+    z, p = 1.959964, successes / n
+    centre, half = p + z * z / (2 * n), z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    low = 0.0 if successes == 0 else (centre - half) / (1 + z * z / n)
+    high = 1.0 if successes == n else (centre + half) / (1 + z * z / n)
+    return low, high
+
+
+def check_probes(probes: list[dict], settings: dict, target: float) -> None:
+    """What every capacity probe of an artifact must hold: its figures the sums of its passes,
+    each pass a whole window unless the pool ran out, its interval Wilson's and its decision
+    the interval's against the target (never met where the client fell behind its schedule)."""
+    import pytest
+
+    for probe in probes:
+        passes = probe["pass_records"]
+        assert probe["passes"] == len(passes) >= 1
+        assert probe["requests"] == sum(p["requests"] for p in passes)
+        assert probe["sent"] == sum(p["sent"] for p in passes) > probe["requests"]  # the ramp is not counted
+        for one in passes:  # a window of its time and its requests, unless the pool ran out
+            opened, closed = one["window_s"]
+            assert one["supply_exhausted"] or (
+                closed - opened >= probe["window"]["seconds"] and one["requests"] >= probe["window"]["min_requests"]
+            )
+        assert probe["met_slo"] == sum(p["met_slo"] for p in passes)
+        assert probe["attainment"] == pytest.approx(probe["met_slo"] / probe["requests"])
+        low, high = probe["attainment_ci95"]
+        assert [low, high] == pytest.approx(wilson_95(probe["met_slo"], probe["requests"]), abs=1e-9)
+        # The decision is the interval's against the target; an undecided probe steers by its
+        # share, unless its client fell behind (a load not offered steers as missed).
+        behind = probe["client_behind"]
+        assert behind == any(p["client_behind"] for p in passes)
+        expected = (
+            "missed" if high < target or probe["saturated"] else "met" if low >= target and not behind else "undecided"
+        )
+        assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
+        assert probe["met"] == (
+            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind)
+        )
+        # More windows only while undecided (and the client kept up).
+        assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])
+        if probe["stopped_early"]:
+            assert probe["decided"] or probe["supply_exhausted"] or behind

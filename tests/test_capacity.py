@@ -4,18 +4,9 @@ stage's config errors."""
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_config
+from conftest import check_probes, tiny_config
 
 # ------------------------------------------------------------------------ the tiny run
-
-
-def wilson_95(successes: int, n: int) -> tuple[float, float]:
-    """The Wilson score interval, written out here (z = 1.959964), ends exact at 0 and n."""
-    z, p = 1.959964, successes / n
-    centre, half = p + z * z / (2 * n), z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
-    low = 0.0 if successes == 0 else (centre - half) / (1 + z * z / n)
-    high = 1.0 if successes == n else (centre + half) / (1 + z * z / n)
-    return low, high
 
 
 def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run):
@@ -35,28 +26,7 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     assert len(probes) == len(search["probes"])  # no load probed twice
     assert probes[search["capacity"]]["met"] and not probes[search["first_failing"]]["met"]
     target = capacity["attainment_target"]
-    for probe in search["probes"]:
-        passes = probe["pass_records"]
-        assert probe["passes"] == len(passes) >= 1
-        assert probe["requests"] == sum(p["requests"] for p in passes)
-        assert probe["sent"] == sum(p["sent"] for p in passes) > probe["requests"]  # the ramp is not counted
-        for one in passes:  # a window of its time and its requests, unless the pool ran out
-            opened, closed = one["window_s"]
-            assert one["supply_exhausted"] or (
-                closed - opened >= probe["window"]["seconds"] and one["requests"] >= settings["window_requests"]
-            )
-        assert probe["met_slo"] == sum(p["met_slo"] for p in passes)
-        assert probe["attainment"] == pytest.approx(probe["met_slo"] / probe["requests"])
-        low, high = probe["attainment_ci95"]
-        assert [low, high] == pytest.approx(wilson_95(probe["met_slo"], probe["requests"]), abs=1e-9)
-        # The decision is the interval's against the target; an undecided probe steers by its share.
-        expected = "missed" if high < target or probe["saturated"] else "met" if low >= target else "undecided"
-        assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
-        assert probe["met"] == (expected == "met" or (expected == "undecided" and probe["attainment"] >= target))
-        # More windows only while undecided.
-        assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])
-        if probe["stopped_early"]:
-            assert probe["decided"] or probe["supply_exhausted"]
+    check_probes(search["probes"], settings, target)
     # The capacity read from every probe, with its interval around it.
     estimate = search["estimate"]
     low, high = estimate["ci95"]

@@ -327,3 +327,22 @@ def test_the_report_warns_where_the_rate_searchs_client_fell_behind():
     assert kept(rate_search())["status"] == "pass"
     behind = kept(rate_search(40.0))
     assert behind["status"] == "warn" and behind["value"] == 1 and "at 40.00 req/s" in behind["detail"]
+
+
+def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out_of_the_fit():
+    from infbench.capacity.search import search
+    from infbench.capacity.slo_capacity import fitted_capacity
+
+    def probe(load):  # the server meets every rate; the client cannot send 8 req/s or more
+        behind = load >= 8
+        record = {"met_slo": 40, "requests": 40, "saturated": False, "attainment_ci95": [0.91, 1.0]}
+        return Probe(load, met=not behind, record=record, decided=not behind, client_behind=behind)
+
+    result = search(probe, start=2.0, floor=0.5, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
+    assert result.outcome == "client_limited" and not result.converged
+    assert result.first_failing >= 8 and result.capacity < 8
+    fitted = fitted_capacity(result.probes, 0.9, "request_rate", seed=0)
+    assert {point["load"] for point in fitted["curve"]} == {p.load for p in result.probes if p.load < 8}
+    # At the floor too: not "even the lowest load missed".
+    floor = search(probe, start=8.0, floor=8.0, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
+    assert floor.outcome == "client_limited" and floor.capacity is None

@@ -335,7 +335,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "max_num_seqs": None,
         "cost": None,
         "rate_searched": False,
-        "behind_ms": "50",
+        "behind_share": "90%",
         "window": {"seconds": 10, "requests": 40, "repeats": 3},
         "rate_window_s": None,
         "estimate_method": "a fit",

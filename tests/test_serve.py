@@ -139,23 +139,18 @@ def test_serve_artifacts(tiny_run):
             "repeats_agree",
             "breakdown_same_requests",
         }
-        # vLLM timed the level's 32 requests; its intervals nest inside the client's: the engine's
-        # inside vLLM's TTFT and E2E latency, vLLM's inside the client's (each mean recomputed
-        # from the passes' sums).
+        # vLLM timed the level's 32 requests; per request its intervals nest inside the client's:
+        # the engine core's inside vLLM's TTFT and E2E latency, vLLM's inside the client's.
         split = level["time_breakdown"]
         assert split["check"]["status"] == "pass" and split["server_counts"] == dict.fromkeys(
             split["server_counts"], 32
         )
         ttft, e2el = split["ttft_ms"], split["e2el_ms"]
-        assert ttft["engine_prefill"] > 0 and ttft["engine_queue"] >= 0 and e2el["engine_decode"] > 0
+        assert ttft["engine_prefill"] > 0 and e2el["engine_decode"] > 0 and split["tpot_ms"]["engine"] > 0
         for parts, latency in ((ttft, "ttft"), (e2el, "e2el")):
-            assert parts["api_server"] > 0 and parts["http_and_client"] > 0, (latency, parts)
-            assert sum(value for key, value in parts.items() if key != "client") == pytest.approx(parts["client"])
+            assert parts["api_server_and_intake"] > 0 and parts["after_vllm"] > 0, (latency, parts)
             ours = [r[latency] for repeat in level["repeats"] for r in repeat["requests"]]
             assert parts["client"] == pytest.approx(sum(ours) / len(ours) * 1000)
-        assert split["tpot_ms"]["engine"] > 0
-        queue = [repeat["time_totals"]["server"]["queue"] for repeat in level["repeats"]]
-        assert ttft["engine_queue"] == pytest.approx(sum(q["sum_s"] for q in queue) / 32 * 1000)
         assert not [c for c in level["checks"] if c["status"] == "fail"]
         for repeat in level["repeats"]:
             assert repeat["completed"] == 16

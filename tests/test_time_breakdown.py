@@ -43,13 +43,22 @@ def test_the_split_adds_up_to_the_clients_means_by_hand():
     ttft = split["ttft_ms"]
     assert ttft["client"] == pytest.approx(50.0)
     assert ttft["engine_queue"] == pytest.approx(5.0) and ttft["engine_prefill"] == pytest.approx(15.0)
-    assert ttft["api_server"] == pytest.approx(40.0 - 20.0)  # server TTFT 40 - engine 20
-    assert ttft["http_and_client"] == pytest.approx(50.0 - 40.0)
+    assert ttft["api_server_and_intake"] == pytest.approx(40.0 - 20.0)  # server TTFT 40 - engine 20
+    assert ttft["after_vllm"] == pytest.approx(50.0 - 40.0)
     e2el = split["e2el_ms"]
     assert e2el["client"] == pytest.approx(170.0) and e2el["engine_decode"] == pytest.approx(100.0)
-    assert e2el["api_server"] == pytest.approx(160.0 - 120.0)  # server E2E 160 - engine 5 + 15 + 100
-    assert e2el["http_and_client"] == pytest.approx(170.0 - 160.0)
+    assert e2el["api_server_and_intake"] == pytest.approx(160.0 - 120.0)  # server E2E 160 - engine 5 + 15 + 100
+    assert e2el["after_vllm"] == pytest.approx(170.0 - 160.0)
     assert split["tpot_ms"] == pytest.approx({"client": 12.0, "engine": 10.0})
+
+
+def test_tpot_means_leave_out_one_token_outputs_as_the_levels_tpot_does():
+    # A third request of one output token: vLLM observes its TPOT as 0, the client has none.
+    later = histograms(9.0, 13, 1.1, 5.36, 0.22, 0.34, 3.2, 0.12)
+    one_token = RequestResult("c", 5, 1, 0.020, 0.040)
+    split = breakdown(pass_totals(MetricsSeries([BEFORE, later]), [*RESULTS, one_token]))
+    assert split["requests"] == 3 and split["tpot_ms"] == pytest.approx({"client": 12.0, "engine": 10.0})
+    assert split["ttft_ms"]["client"] == pytest.approx((40 + 60 + 20) / 3)
 
 
 def test_repeats_pool_by_their_sums_not_by_their_means():
@@ -60,8 +69,8 @@ def test_repeats_pool_by_their_sums_not_by_their_means():
     split = breakdown(pooled_totals([one, two]))
     assert split["requests"] == 3
     assert split["ttft_ms"]["client"] == pytest.approx((40 + 60 + 120) / 3)
-    assert split["ttft_ms"]["http_and_client"] == pytest.approx((40 + 60 + 120) / 3 - (30 + 50 + 100) / 3)
-    assert split["e2el_ms"]["http_and_client"] == pytest.approx((140 + 200 + 420) / 3 - (130 + 190 + 400) / 3)
+    assert split["ttft_ms"]["after_vllm"] == pytest.approx((40 + 60 + 120) / 3 - (30 + 50 + 100) / 3)
+    assert split["e2el_ms"]["after_vllm"] == pytest.approx((140 + 200 + 420) / 3 - (130 + 190 + 400) / 3)
     assert split["tpot_ms"]["engine"] == pytest.approx((8 + 12 + 20) / 3)
     assert pooled_totals([one, None]) is None
 

@@ -44,6 +44,7 @@ class Probe:
     met: bool
     record: dict = field(default_factory=dict)
     decided: bool = True  # False: the interval straddled the target; `met` is the point estimate
+    client_behind: bool = False  # open loop: the client did not send the load's rate (never met)
 
 
 # How a search ended. Only `bracketed` is converged: both ends of the bracket were probed and
@@ -54,6 +55,8 @@ OUTCOMES = {
     "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
     "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
     "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
+    "client_limited": "not converged: the client fell behind its schedule at the failing load, so the server was "
+    "never offered it",
 }
 
 OUTCOME_FIXES = {
@@ -61,6 +64,8 @@ OUTCOME_FIXES = {
     "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
     "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
+    "client_limited": "run the client on cores the server does not use: a rate the client cannot send says "
+    "nothing of the server",
 }
 
 
@@ -171,6 +176,9 @@ def search_steps(
     ends = [p for p in probes if p.load in (passing, failing)]
     if outcome == "bracketed" and not all(p.decided for p in ends):
         outcome = "undecided"
+    # A failing end the client could not send (at the floor too) was never offered to the server.
+    if failing is not None and any(p.client_behind for p in probes if p.load == failing):
+        outcome = "client_limited"
     return SearchResult(passing, failing, probes, outcome)
 
 

@@ -37,7 +37,6 @@ from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LoadRequest, load_request
-from infbench.serving.level_checks import SEND_LAG_WARN_S
 from infbench.serving.window import RequestSupply, Window, WindowRun, run_window
 
 # An open-loop pass whose server completed requests during the window at under this share of
@@ -49,10 +48,10 @@ LONG_PASS = 10
 # Requests waiting, averaged over the second half of the window, above the first half's by
 # at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
-# An open-loop pass in which more than a tenth of the counted requests left later than this
-# after their scheduled time did not offer its rate: the client fell behind its schedule.
-SEND_LAG_BEHIND_S = SEND_LAG_WARN_S
-BEHIND_QUANTILE = 90
+# An open-loop pass that sent, while its window was open, under this share of the requests its
+# schedule placed there did not offer its rate: the client fell behind its schedule. (A steady
+# delay, or a burst sent one request after another, still sends the window's share.)
+SENT_SHARE_BEHIND = 0.9
 
 
 class CapacityError(UserError):
@@ -84,10 +83,13 @@ def decision(met: int, counted: int, target: float, saturated: bool = False, cli
     return "met" if low >= target and not client_behind else "undecided"
 
 
-def send_lag_p90_ms(run: WindowRun) -> float | None:
-    """The 90th percentile of the counted requests' send lags (open loop), None for a closed loop."""
-    lags = run.counted_send_lags_s
-    return percentile([lag * MS for lag in lags], BEHIND_QUANTILE) if lags else None
+def sent_share(run: WindowRun) -> float | None:
+    """Open loop: requests sent while the window was open over those the schedule placed in it;
+    None for a closed loop, a pass without a window, or one whose supply ran out (it stopped
+    sending for want of requests, not of time)."""
+    if not run.scheduled_in_window or run.exhausted:
+        return None
+    return len(run.counted_results) / run.scheduled_in_window
 
 
 def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
@@ -104,7 +106,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     completed_rate = run.completed_in_window() / window if window else None
     behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
     growing = open_loop and queue_growing(run)
-    lag_ms = send_lag_p90_ms(run) if open_loop else None
+    share = sent_share(run) if open_loop else None
     return {
         "window_s": [run.opened_s, run.closed_s],
         "sent": run.sent,
@@ -126,8 +128,9 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "achieved_request_rate": completed_rate if open_loop else None,
         "queue_growing": growing,
         "saturated": behind or growing,
-        "p90_send_lag_ms": lag_ms,
-        "client_behind": lag_ms is not None and lag_ms > SEND_LAG_BEHIND_S * MS,
+        "scheduled_in_window": run.scheduled_in_window if open_loop else None,
+        "sent_share": share,
+        "client_behind": share is not None and share < SENT_SHARE_BEHIND,
         "mean_num_requests_running": sum(running) / len(running) if running else None,
         "peak_num_requests_running": series.peak("vllm:num_requests_running"),
         "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
@@ -295,9 +298,12 @@ class CapacityProbes:
             pooled += [s.result for s in run.counted_results]
             met, counted = sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes)
             # A trace replay ends with the trace: its passes pool until decided, as others do.
+            # A pass whose client fell behind can never make the probe met: no more passes.
             behind = any(p["client_behind"] for p in passes)
-            if decision(met, counted, target, record["saturated"], behind) != "undecided" or (
-                record["supply_exhausted"] and not replay
+            if (
+                behind
+                or decision(met, counted, target, record["saturated"]) != "undecided"
+                or (record["supply_exhausted"] and not replay)
             ):
                 break
         record = probe_record(passes, pooled, repeats, target)
@@ -321,11 +327,16 @@ class CapacityProbes:
             f"window(s) of {window.seconds:g} s, p99 TTFT {record['p99_ttft_ms'] or 0:.0f} ms, p99 TPOT "
             f"{record['p99_tpot_ms'] or 0:.1f} ms, {record['output_throughput']['mean']:.1f} output tok/s: {verdict}"
             + (" (saturated)" if record["saturated"] else "")
-            + (" (the client fell behind its schedule: this rate was not offered)" if record["client_behind"] else "")
-            + (f", so {'met' if met else 'missed'} by its point estimate" if verdict == "undecided" else "")
+            + (
+                " (the client fell behind its schedule: this rate was not offered)"
+                if record["client_behind"]
+                else f", so {'met' if met else 'missed'} by its point estimate"
+                if verdict == "undecided"
+                else ""
+            )
             + (" (the request pool ran out: raise workload.pool_requests)" if record["supply_exhausted"] else "")
         )
-        return Probe(load, met, record, decided=verdict != "undecided")
+        return Probe(load, met, record, decided=verdict != "undecided", client_behind=record["client_behind"])
 
 
 def highest_completion_rate(probes: list[Probe]) -> float:
@@ -342,6 +353,22 @@ def rate_window(settings: dict, concurrency_record: dict) -> Window:
     at = concurrency_record["at_capacity"] or min(probes, key=lambda p: p["load"])
     latency_s = (at.get("median_e2el_ms") or 0.0) / MS
     return Window(max(settings["window_s"], LONG_PASS * latency_s), settings["window_requests"])
+
+
+def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) -> dict:
+    """The capacity estimate (capacity.estimate) over a search's probes. A saturated probe's
+    requests met the SLO only on their way into a queue without bound: none counts. A probe
+    whose client fell behind was not offered its load: it is left out."""
+    return capacity_estimate(
+        [
+            (p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"])
+            for p in probes
+            if not p.client_behind
+        ],
+        target,
+        integer=mode == "concurrency",
+        seed=seed,
+    )
 
 
 def pool_share(pool: list[dict], index: int, count: int) -> list[dict]:
@@ -398,23 +425,16 @@ def search_capacity(
         # The limit is read where the SLO broke (the first failing probe), else at the highest probe.
         where = result.first_failing if result.first_failing is not None else max(by_load)
         record = result.to_json()
-        record["binding"] = {
-            "at": where,
-            **binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs),
-        }
+        if by_load[where].get("client_behind"):
+            limit = {
+                "limit": "client",
+                "evidence": "the client fell behind its schedule here: the server was never offered this load",
+            }
+        else:
+            limit = binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs)
+        record["binding"] = {"at": where, **limit}
         record["at_capacity"] = by_load.get(result.capacity)
-        # A saturated probe's requests met the SLO only on their way into a queue without bound: none
-        # counts. A probe whose client fell behind was not offered its load: it is left out.
-        record["estimate"] = capacity_estimate(
-            [
-                (p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"])
-                for p in result.probes
-                if not p.record["client_behind"]
-            ],
-            settings["attainment"],
-            integer=mode == "concurrency",
-            seed=seed,
-        )
+        record["estimate"] = fitted_capacity(result.probes, settings["attainment"], mode, seed)
         return record
 
     if predicted:

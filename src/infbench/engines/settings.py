@@ -103,15 +103,18 @@ def place_client(threads: int, device: str) -> dict:
 def server_max_num_seqs(engine: dict) -> dict:
     """The cap on running requests the vLLM server runs with: the config's engine.max_num_seqs,
     else vLLM's own default for its OpenAI server on this machine's platform (EngineArgs'
-    get_batch_defaults: 128 on CPU; 256 or 1024 on GPUs by the device's memory), read here
-    because it depends on the device. Call it on the machine the server runs on."""
+    get_batch_defaults: 128 on CPU; 256 or 1024 on GPUs by the device's memory and name), at
+    most max_num_batched_tokens (the config's or the same defaults'), as vLLM caps it. Read
+    here because it depends on the device: call it on the machine the server runs on. The
+    servers run one engine (world size 1) in vLLM's default performance mode."""
     if engine.get("max_num_seqs"):
         return {"value": int(engine["max_num_seqs"]), "source": "engine.max_num_seqs"}
     from vllm.engine.arg_utils import EngineArgs
     from vllm.usage.usage_lib import UsageContext
 
-    _, max_num_seqs = EngineArgs.get_batch_defaults(world_size=1)
+    batched_tokens, max_num_seqs = EngineArgs.get_batch_defaults(world_size=1)
+    budget = engine.get("max_num_batched_tokens") or batched_tokens[UsageContext.OPENAI_API_SERVER]
     return {
-        "value": int(max_num_seqs[UsageContext.OPENAI_API_SERVER]),
+        "value": int(min(max_num_seqs[UsageContext.OPENAI_API_SERVER], budget)),
         "source": "vLLM's default for its OpenAI server on this device (EngineArgs.get_batch_defaults)",
     }

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from infbench.capacity.search import OUTCOME_FIXES
-from infbench.capacity.slo_capacity import SEND_LAG_BEHIND_S
-from infbench.core.metrics import MS
+from infbench.capacity.slo_capacity import SENT_SHARE_BEHIND
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -16,6 +15,7 @@ LIMITS = {
     "max_num_seqs": "the engine's max_num_seqs",
     "scheduler": "the scheduler's token budget (requests waited with KV memory free)",
     "compute": "compute (latency rose with KV memory free, nothing waited)",
+    "client": "the client (it fell behind its schedule: the server was never offered the load)",
     "unknown": "unknown (the endpoint publishes no /metrics)",
 }
 
@@ -111,12 +111,15 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                 {
                     "probe": load_text(mode, probe["load"]),
                     "decision": (
-                        probe["decision"]
+                        "not offered (the client fell behind its schedule)"
+                        if probe.get("client_behind")
+                        else probe["decision"]
                         if probe["decision"] != "undecided"
                         else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
                     )
-                    + (", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else "")
-                    + (", the client fell behind its schedule" if probe.get("client_behind") else ""),
+                    + (
+                        ", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else ""
+                    ),
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
                     "counted / sent": f"{probe['requests']} / {probe['sent']}",
@@ -229,9 +232,10 @@ def attainment_figure(capacity: dict, mode: str):
         draw,
         frame,
         f"Each point a probe: the share of its counted requests that met every SLO, with its 95 % Wilson "
-        f"interval; blue met (interval at or above the target), red missed (below it, or the open loop fell "
-        f"behind), grey undecided. The line is the non-increasing fit the capacity and its interval are read "
-        f"from; the dashed line is the target, {100 * target:g} %.",
+        f"interval; blue met (interval at or above the target), red missed (below it, or the server saturated: its "
+        f"queue grew), grey undecided (among them any rate the client fell behind, which the fit leaves out). "
+        f"The line is the non-increasing fit the capacity and its interval are read from; the dashed line is "
+        f"the target, {100 * target:g} %.",
     )
 
 
@@ -281,7 +285,7 @@ def view(capacity: dict | None) -> dict | None:
         if cost["per_million_output_tokens"] is not None
         else None,
         "rate_searched": "request_rate" in capacity,
-        "behind_ms": f"{SEND_LAG_BEHIND_S * MS:.0f}",
+        "behind_share": f"{SENT_SHARE_BEHIND:.0%}",
         "trace_rate": fmt(capacity["request_rate"].get("trace_rate"), 2)
         if capacity.get("request_rate", {}).get("trace_rate")
         else None,

@@ -4,7 +4,7 @@ worst first."""
 from __future__ import annotations
 
 from infbench.capacity.search import OUTCOME_FIXES, OUTCOMES
-from infbench.capacity.slo_capacity import SEND_LAG_BEHIND_S
+from infbench.capacity.slo_capacity import SENT_SHARE_BEHIND
 from infbench.core.checks import STATUS_RANK
 from infbench.report.capacity import capacity_text, load_text
 from infbench.report.serving import level_label
@@ -110,14 +110,14 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                         "status": "warn" if behind else "pass",
                         "value": len(behind),
                         "detail": (
-                            "over a tenth of the counted requests left more than "
-                            f"{SEND_LAG_BEHIND_S * 1000:.0f} ms late at "
+                            f"the client sent under {SENT_SHARE_BEHIND:.0%} of the requests its schedule placed in "
+                            "a window at "
                             + ", ".join(load_text(mode, load) for load in behind)
                             + ": those rates were not offered, so they are not met and not in the fitted capacity "
                             "(a client on cores the server does not use sends more)"
                         )
                         if behind
-                        else f"every probe's 90th-percentile send lag within {SEND_LAG_BEHIND_S * 1000:.0f} ms",
+                        else f"every probe sent at least {SENT_SHARE_BEHIND:.0%} of its window's scheduled requests",
                     }
                 )
     agreement = (capacity or {}).get("reproducibility")

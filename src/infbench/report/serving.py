@@ -248,10 +248,10 @@ def breakdown_table(levels: list[dict]) -> pd.DataFrame:
                     "engine queue": share_text(parts, "engine_queue"),
                     "engine prefill": share_text(parts, "engine_prefill"),
                     "engine decode": share_text(parts, "engine_decode"),
-                    "API server": share_text(parts, "api_server"),
-                    "HTTP and client": share_text(parts, "http_and_client"),
+                    "API server and intake": share_text(parts, "api_server_and_intake"),
+                    "after vLLM's stamps": share_text(parts, "after_vllm"),
                     "TPOT ms client / engine": f"{split['tpot_ms']['client']:.2f} / {split['tpot_ms']['engine']:.2f}"
-                    if latency == "e2el"
+                    if latency == "e2el" and split["tpot_ms"]
                     else "",
                 }
             )

@@ -1,46 +1,56 @@
 """Where a level's time goes: the mean TTFT and E2E latency our client measured, split by vLLM's
 own timestamps for the same requests, at the same moment and the same concurrency.
 
-vLLM's server publishes, per request, histograms of intervals it times itself (0.32 names; the
-pass's first and last /metrics scrape bound it, so their sum and count deltas are exactly the
-pass's requests):
+vLLM's server publishes, per request, histograms of intervals it times itself (0.32 names); the
+deltas of their sums and counts between a pass's first and last /metrics scrape are the
+requests vLLM timed in between, taken as the pass's where all six counts equal the client's
+completions:
 
-    server TTFT    the API server: the request's arrival (stamped before its prompt is rendered
-                   and tokenized) to its first token back from the engine
-    server E2E     the API server: its arrival to its last token back
-    queue          the engine core: queued to first scheduled
+    server TTFT    the API server (time.time): the request's arrival, stamped before its prompt
+                   is rendered and tokenized, to the engine output carrying its first token
+                   being taken up, before it is detokenized
+    server E2E     the API server: its arrival to the output carrying its last token
+    queue          the engine core (time.monotonic): queued, which the engine core's loop
+                   stamps when it takes requests in between two steps, to first scheduled
     prefill        the engine core: first scheduled to first token
     decode         the engine core: first token to last token
     engine TPOT    the engine core: decode / (output tokens - 1), 0 for one token
 
-Each interval lies inside the one around it (the engine core's inside the API server's, the
-API server's inside the client's), so the split of a mean (each term a mean over the pass's
-requests) has no negative part but for clock noise:
+Per request each interval lies inside the one around it (the engine core's inside the API
+server's, the API server's inside the client's, timed on perf_counter), so the split of a mean
+(each term a mean over the pass's requests) has no negative part but for the clocks' noise:
 
     TTFT   engine queue + engine prefill
-           + API server          = server TTFT - (queue + prefill)    rendering, tokenizing,
-                                                                       the hops to and from
-                                                                       the engine core
-           + HTTP and the client = client TTFT - server TTFT          the request's HTTP parsing
-                                                                       before its arrival stamp,
-                                                                       the chunk's way out, the
-                                                                       network, our client
+           + API server and intake = server TTFT - (queue + prefill)   rendering, tokenizing,
+                                                                        the hop to the engine
+                                                                        core and its wait there
+                                                                        for the step in progress
+                                                                        to end, the hop back
+           + after vLLM's stamps   = client TTFT - server TTFT         the request's HTTP parsing
+                                                                        before its arrival stamp;
+                                                                        detokenizing, the SSE
+                                                                        chunk and its way out;
+                                                                        the network; our client
     E2E    engine queue + prefill + decode
-           + API server          = server E2E - (queue + prefill + decode)
-           + HTTP and the client = client E2E - server E2E
+           + API server and intake = server E2E - (queue + prefill + decode)
+           + after vLLM's stamps   = client E2E - server E2E
 
 TPOT is shown beside the engine's, not split: (E2E - TTFT) / (n - 1) spans from the first token
 to the last, and where the first token reaches the client later than the engine made it (a
 client busy elsewhere, a first chunk held up) that span is shorter for the client than for
 the engine, so the difference may be negative; the delay is then in TTFT.
 
-Means, not medians: a histogram keeps only the sum and count of what it timed. The split is of
-the same requests only where vLLM counted as many requests as the client completed; a pass
-where it did not (a failure, another client on the server) gets no split and a warn.
+Both TPOT means are over the requests of more than one output token, as the level's mean TPOT
+is (vLLM observes 0 for the others, so its sum is theirs).
+
+Means, not medians: a histogram keeps only the sum and count of what it timed. Equal counts are
+necessary for the split to be of the client's requests, not sufficient: nothing ties a count to
+our request ids. A pass where they differ (a failure, another client on the server, a scrape
+that failed) gets no split and a warn.
 
 vLLM offline (the engine alone in another process) is not used for this: it cannot run the same
 requests at the same moment under the same scheduling, and these timestamps are the engine's
-own for exactly the requests the client timed."""
+own for the requests the client timed."""
 
 from __future__ import annotations
 
@@ -58,13 +68,14 @@ SERVER_HISTOGRAMS = {
     "engine_tpot": "vllm:request_time_per_output_token_seconds",
 }
 CLIENT_SUMS = ("ttft_sum_s", "e2el_sum_s", "tpot_sum_s")
+CLIENT_COUNTS = ("requests", "multi_token_requests")
 
 
 def pass_totals(series: MetricsSeries, results: list[RequestResult]) -> dict | None:
     """The sums and counts one pass contributes: each histogram's deltas between the pass's
     first and last scrape, and the client's TTFT, E2E and TPOT sums over its successful
-    requests (TPOT 0 for a one-token output, as vLLM observes it). None without /metrics, or
-    where the server publishes none of these histograms (an endpoint that is not vLLM)."""
+    requests (TPOT over those of more than one output token). None without /metrics, or where
+    the server publishes none of these histograms (an endpoint that is not vLLM)."""
     names = {key for sample in series.samples for key in sample}
     if not series.available or any(f"{name}_count" not in names for name in SERVER_HISTOGRAMS.values()):
         return None
@@ -78,9 +89,10 @@ def pass_totals(series: MetricsSeries, results: list[RequestResult]) -> dict | N
         "server": server,
         "client": {
             "requests": len(done),
+            "multi_token_requests": sum(r.tpot is not None for r in done),
             "ttft_sum_s": sum(r.ttft for r in done),
             "e2el_sum_s": sum(r.e2el for r in done),
-            "tpot_sum_s": sum(r.tpot or 0.0 for r in done),
+            "tpot_sum_s": sum(r.tpot for r in done if r.tpot is not None),
         },
     }
 
@@ -97,7 +109,7 @@ def pooled_totals(totals: list[dict | None]) -> dict | None:
             }
             for key in SERVER_HISTOGRAMS
         },
-        "client": {key: sum(t["client"][key] for t in totals) for key in ("requests", *CLIENT_SUMS)},
+        "client": {key: sum(t["client"][key] for t in totals) for key in (*CLIENT_COUNTS, *CLIENT_SUMS)},
     }
 
 
@@ -121,7 +133,13 @@ def breakdown(totals: dict | None) -> dict | None:
             "breakdown_same_requests",
             "pass" if same else "warn",
             same,
-            detail + ("" if same else ": not the same requests (a failure, or other traffic on the server), no split"),
+            detail
+            + (
+                ""
+                if same
+                else ": not the same requests (a failure, other traffic on the server, or a /metrics scrape that "
+                "failed), no split"
+            ),
         ),
         "ttft_ms": None,
         "e2el_ms": None,
@@ -129,25 +147,32 @@ def breakdown(totals: dict | None) -> dict | None:
     }
     if not same:
         return record
-    n = client["requests"]
+    n, multi = client["requests"], client["multi_token_requests"]
     mean = {key: one["sum_s"] / n * MS for key, one in server.items()}
-    ours = {key.removesuffix("_sum_s"): client[key] / n * MS for key in CLIENT_SUMS}
+    ours = {key.removesuffix("_sum_s"): client[key] / n * MS for key in ("ttft_sum_s", "e2el_sum_s")}
     engine_ttft = mean["queue"] + mean["prefill"]
     engine_e2el = engine_ttft + mean["decode"]
     record["ttft_ms"] = {
         "client": ours["ttft"],
         "engine_queue": mean["queue"],
         "engine_prefill": mean["prefill"],
-        "api_server": mean["server_ttft"] - engine_ttft,
-        "http_and_client": ours["ttft"] - mean["server_ttft"],
+        "api_server_and_intake": mean["server_ttft"] - engine_ttft,
+        "after_vllm": ours["ttft"] - mean["server_ttft"],
     }
     record["e2el_ms"] = {
         "client": ours["e2el"],
         "engine_queue": mean["queue"],
         "engine_prefill": mean["prefill"],
         "engine_decode": mean["decode"],
-        "api_server": mean["server_e2el"] - engine_e2el,
-        "http_and_client": ours["e2el"] - mean["server_e2el"],
+        "api_server_and_intake": mean["server_e2el"] - engine_e2el,
+        "after_vllm": ours["e2el"] - mean["server_e2el"],
     }
-    record["tpot_ms"] = {"client": ours["tpot"], "engine": mean["engine_tpot"]}
+    record["tpot_ms"] = (
+        {
+            "client": client["tpot_sum_s"] / multi * MS,
+            "engine": server["engine_tpot"]["sum_s"] / multi * MS,
+        }
+        if multi
+        else None
+    )
     return record

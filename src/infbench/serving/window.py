@@ -28,7 +28,7 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals
@@ -52,8 +52,8 @@ class WindowRun:
     started: float  # perf_counter at the pass's start
     exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
     sent: int  # every request sent, those cancelled when the pass ended included
-    # Open loop: each counted request's send lag, how long after its scheduled time it was sent.
-    counted_send_lags_s: list[float] = field(default_factory=list)
+    # Open loop: how many sends the schedule placed inside the window (None: closed loop, or no window).
+    scheduled_in_window: int | None = None
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -86,7 +86,6 @@ class _Pass:
         self.sent = 0
         self.results: dict[int, StreamedResult] = {}
         self.counted: set[int] = set()
-        self.send_lag: dict[int, float] = {}  # open loop: by send index
         self.in_flight_counted = 0
         self.opened = self.closed = None
         self.exhausted = False
@@ -171,9 +170,8 @@ async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: 
     """The supply's requests sent at `started` + each offset, until the pass is done."""
     tasks = []
 
-    async def send(request, offset):
+    async def send(request):
         index = state.on_send()
-        state.send_lag[index] = time.perf_counter() - (state.started + offset)
         state.on_finish(index, await stream_request(client, model, request, api))
 
     async def dispatch():
@@ -184,7 +182,7 @@ async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: 
             request = next(supply, None)
             if request is None:
                 break
-            tasks.append(asyncio.ensure_future(send(request, offset)))
+            tasks.append(asyncio.ensure_future(send(request)))
         state.stop_sending()  # the schedule or the supply ran out
 
     tasks.append(asyncio.ensure_future(dispatch()))
@@ -249,7 +247,9 @@ async def run_window(
         started=started,
         exhausted=state.cut_short,
         sent=state.sent,
-        counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted) if i in state.send_lag],
+        scheduled_in_window=sum(state.opened <= offset < state.closed for offset in offsets)
+        if offsets and state.opened is not None and state.closed is not None
+        else None,
     )
 
 
