@@ -226,10 +226,20 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         assert probe["attainment"] == pytest.approx(probe["met_slo"] / probe["requests"])
         low, high = probe["attainment_ci95"]
         assert [low, high] == pytest.approx(wilson_95(probe["met_slo"], probe["requests"]), abs=1e-9)
+        # A pass's client fell behind when its send lag grew by over a tenth of its window (open loop).
+        for one in passes:
+            growth = one["send_lag_growth_ms"]
+            if probe["mode"] == "concurrency":
+                assert growth is None and not one["client_behind"]
+            else:
+                opened, closed = one["window_s"]
+                assert one["client_behind"] == (growth is not None and growth > 0.1 * (closed - opened) * 1000)
         # The decision is the interval's against the target; an undecided probe steers by its
-        # share, unless its client fell behind (a load not offered steers as missed).
+        # share, unless its client fell behind (a load not offered steers as missed), which
+        # counts only where the probe did not miss at the load it got.
+        missed_anyway = high < target or probe["saturated"]
         behind = probe["client_behind"]
-        assert behind == any(p["client_behind"] for p in passes)
+        assert behind == (any(p["client_behind"] for p in passes) and not missed_anyway)
         expected = (
             "missed" if high < target or probe["saturated"] else "met" if low >= target and not behind else "undecided"
         )

@@ -343,6 +343,23 @@ def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out
     assert result.first_failing >= 8 and result.capacity < 8
     fitted = fitted_capacity(result.probes, 0.9, "request_rate", seed=0)
     assert {point["load"] for point in fitted["curve"]} == {p.load for p in result.probes if p.load < 8}
+    # Nor does a behind probe count as attainment rising with load: it was offered less.
+    from infbench.capacity.search import attainment_rises
+
+    low = Probe(4.0, met=False, record={"attainment_ci95": [0.2, 0.4]})
+    high = {"load": 8.0, "met": False, "record": {"attainment_ci95": [0.9, 1.0]}, "decided": False}
+    assert attainment_rises([low, Probe(**high)]) == [[4.0, 8.0]]
+    assert attainment_rises([low, Probe(**high, client_behind=True)]) == []
     # At the floor too: not "even the lowest load missed".
     floor = search(probe, start=8.0, floor=8.0, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
     assert floor.outcome == "client_limited" and floor.capacity is None
+
+
+@pytest.mark.slow  # imports vLLM (about 6 s)
+def test_without_a_cap_in_the_config_the_servers_is_vllms_own_at_most_its_token_budget():
+    from infbench.engines.settings import server_max_num_seqs
+
+    # vLLM 0.32's OpenAI server on a CPU: 128 running requests, at most max_num_batched_tokens.
+    assert server_max_num_seqs({})["value"] == 128
+    capped = server_max_num_seqs({"max_num_batched_tokens": 64})
+    assert capped["value"] == 64 and "capped at max_num_batched_tokens = 64" in capped["source"]

@@ -64,8 +64,8 @@ OUTCOME_FIXES = {
     "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
     "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
-    "client_limited": "run the client on cores the server does not use: a rate the client cannot send says "
-    "nothing of the server",
+    "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
+    "client process, which on a machine whose cores the engine uses shares them",
 }
 
 
@@ -96,7 +96,10 @@ def attainment_rises(probes: list[Probe]) -> list[list[float]]:
     the higher load's whole interval lies above the lower load's. More load never helps a
     server meet its SLO, so any such pair says the probes measured something else (a machine
     that slowed down between them, a warm-up that did not warm)."""
-    measured = sorted((p.load, p.record["attainment_ci95"]) for p in probes if "attainment_ci95" in p.record)
+    # A probe whose client fell behind was offered less than its load: it is left out.
+    measured = sorted(
+        (p.load, p.record["attainment_ci95"]) for p in probes if "attainment_ci95" in p.record and not p.client_behind
+    )
     return [
         [low_load, high_load]
         for i, (low_load, low_ci) in enumerate(measured)

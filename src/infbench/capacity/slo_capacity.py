@@ -27,6 +27,7 @@ median latencies of the closed loop at its capacity, so that a queue has time to
 from __future__ import annotations
 
 import asyncio
+import statistics
 
 from infbench.capacity.estimate import capacity_estimate, reproducibility
 from infbench.capacity.search import Probe, binding_limit, interleaved, search, wilson_interval
@@ -48,10 +49,11 @@ LONG_PASS = 10
 # Requests waiting, averaged over the second half of the window, above the first half's by
 # at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
-# An open-loop pass that sent, while its window was open, under this share of the requests its
-# schedule placed there did not offer its rate: the client fell behind its schedule. (A steady
-# delay, or a burst sent one request after another, still sends the window's share.)
-SENT_SHARE_BEHIND = 0.9
+# An open-loop pass whose send lag grew over its window by more than this share of the window
+# (the median lag of the last tenth of its counted sends against the first tenth's) did not
+# offer its rate: the client sent at under about 90 % of it. A steady delay does not grow, and
+# a burst sent one request after another adds milliseconds, not a tenth of a window.
+LAG_GROWTH_BEHIND = 0.1
 
 
 class CapacityError(UserError):
@@ -83,13 +85,15 @@ def decision(met: int, counted: int, target: float, saturated: bool = False, cli
     return "met" if low >= target and not client_behind else "undecided"
 
 
-def sent_share(run: WindowRun) -> float | None:
-    """Open loop: requests sent while the window was open over those the schedule placed in it;
-    None for a closed loop, a pass without a window, or one whose supply ran out (it stopped
-    sending for want of requests, not of time)."""
-    if not run.scheduled_in_window or run.exhausted:
+def send_lag_growth_s(run: WindowRun) -> float | None:
+    """Open loop: how much later than scheduled the last tenth of the counted requests were sent
+    than the first tenth (medians; at least one request each); None for a closed loop or a
+    pass that counted nothing."""
+    lags = run.counted_send_lags_s
+    if not lags:
         return None
-    return len(run.counted_results) / run.scheduled_in_window
+    tenth = max(1, len(lags) // 10)
+    return statistics.median(lags[-tenth:]) - statistics.median(lags[:tenth])
 
 
 def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
@@ -106,7 +110,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     completed_rate = run.completed_in_window() / window if window else None
     behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
     growing = open_loop and queue_growing(run)
-    share = sent_share(run) if open_loop else None
+    growth = send_lag_growth_s(run) if open_loop else None
     return {
         "window_s": [run.opened_s, run.closed_s],
         "sent": run.sent,
@@ -128,9 +132,8 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "achieved_request_rate": completed_rate if open_loop else None,
         "queue_growing": growing,
         "saturated": behind or growing,
-        "scheduled_in_window": run.scheduled_in_window if open_loop else None,
-        "sent_share": share,
-        "client_behind": share is not None and share < SENT_SHARE_BEHIND,
+        "send_lag_growth_ms": growth * MS if growth is not None else None,
+        "client_behind": growth is not None and window > 0 and growth > LAG_GROWTH_BEHIND * window,
         "mean_num_requests_running": sum(running) / len(running) if running else None,
         "peak_num_requests_running": series.peak("vllm:num_requests_running"),
         "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
@@ -151,7 +154,10 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
     met = sum(p["met_slo"] for p in passes)
     low, high = wilson_interval(met, counted)
     saturated = any(p["saturated"] for p in passes)
-    client_behind = any(p.get("client_behind") for p in passes)
+    # A probe missed at the load actually offered (its interval below the target, or the server
+    # saturated) missed whatever the client sent; the client's lag matters only otherwise.
+    missed = decision(met, counted, target, saturated) == "missed"
+    client_behind = any(p.get("client_behind") for p in passes) and not missed
 
     def peak(key):
         values = [p[key] for p in passes if p[key] is not None]

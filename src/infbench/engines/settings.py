@@ -113,8 +113,9 @@ def server_max_num_seqs(engine: dict) -> dict:
     from vllm.usage.usage_lib import UsageContext
 
     batched_tokens, max_num_seqs = EngineArgs.get_batch_defaults(world_size=1)
-    budget = engine.get("max_num_batched_tokens") or batched_tokens[UsageContext.OPENAI_API_SERVER]
-    return {
-        "value": int(min(max_num_seqs[UsageContext.OPENAI_API_SERVER], budget)),
-        "source": "vLLM's default for its OpenAI server on this device (EngineArgs.get_batch_defaults)",
-    }
+    default = int(max_num_seqs[UsageContext.OPENAI_API_SERVER])
+    budget = int(engine.get("max_num_batched_tokens") or batched_tokens[UsageContext.OPENAI_API_SERVER])
+    source = "vLLM's default for its OpenAI server on this device (EngineArgs.get_batch_defaults)"
+    if budget < default:
+        return {"value": budget, "source": f"{source}, capped at max_num_batched_tokens = {budget}"}
+    return {"value": default, "source": source}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from infbench.capacity.search import OUTCOME_FIXES
-from infbench.capacity.slo_capacity import SENT_SHARE_BEHIND
+from infbench.capacity.slo_capacity import LAG_GROWTH_BEHIND
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -31,6 +31,11 @@ def capacity_text(mode: str, search: dict) -> str:
     it was tested): capacity.max_concurrency, or for rate the most requests per second a
     closed-loop probe completed, the highest rate probed."""
     text = load_text(mode, search["capacity"])
+    if search["outcome"] == "client_limited":
+        untested = load_text(mode, search["first_failing"])
+        if search["capacity"] is None:
+            return f"not measured (the client could not send {untested}, the lowest rate probed)"
+        return f"at least {text} (the client could not send {untested}: not tested above)"
     if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
         return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
     if search["outcome"] != "ceiling_met":
@@ -285,7 +290,7 @@ def view(capacity: dict | None) -> dict | None:
         if cost["per_million_output_tokens"] is not None
         else None,
         "rate_searched": "request_rate" in capacity,
-        "behind_share": f"{SENT_SHARE_BEHIND:.0%}",
+        "behind_share": f"{LAG_GROWTH_BEHIND:.0%}",
         "trace_rate": fmt(capacity["request_rate"].get("trace_rate"), 2)
         if capacity.get("request_rate", {}).get("trace_rate")
         else None,

@@ -4,7 +4,7 @@ worst first."""
 from __future__ import annotations
 
 from infbench.capacity.search import OUTCOME_FIXES, OUTCOMES
-from infbench.capacity.slo_capacity import SENT_SHARE_BEHIND
+from infbench.capacity.slo_capacity import LAG_GROWTH_BEHIND
 from infbench.core.checks import STATUS_RANK
 from infbench.report.capacity import capacity_text, load_text
 from infbench.report.serving import level_label
@@ -110,14 +110,15 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                         "status": "warn" if behind else "pass",
                         "value": len(behind),
                         "detail": (
-                            f"the client sent under {SENT_SHARE_BEHIND:.0%} of the requests its schedule placed in "
-                            "a window at "
+                            f"the client's send lag grew by over {LAG_GROWTH_BEHIND:.0%} of a window (it sent at "
+                            "under about 90 % of the rate) at "
                             + ", ".join(load_text(mode, load) for load in behind)
                             + ": those rates were not offered, so they are not met and not in the fitted capacity "
-                            "(a client on cores the server does not use sends more)"
+                            "(the capacity probes run one client process: on a machine whose cores the engine uses, it "
+                            "shares them; elsewhere the rate is above one process's ceiling)"
                         )
                         if behind
-                        else f"every probe sent at least {SENT_SHARE_BEHIND:.0%} of its window's scheduled requests",
+                        else f"no probe's send lag grew by over {LAG_GROWTH_BEHIND:.0%} of its window",
                     }
                 )
     agreement = (capacity or {}).get("reproducibility")

@@ -52,8 +52,8 @@ class WindowRun:
     started: float  # perf_counter at the pass's start
     exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
     sent: int  # every request sent, those cancelled when the pass ended included
-    # Open loop: how many sends the schedule placed inside the window (None: closed loop, or no window).
-    scheduled_in_window: int | None = None
+    # Open loop: each counted request's send lag (sent less scheduled, seconds), in send order.
+    counted_send_lags_s: list[float] | None = None
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -86,6 +86,7 @@ class _Pass:
         self.sent = 0
         self.results: dict[int, StreamedResult] = {}
         self.counted: set[int] = set()
+        self.send_lag: dict[int, float] = {}  # open loop: by send index
         self.in_flight_counted = 0
         self.opened = self.closed = None
         self.exhausted = False
@@ -170,8 +171,10 @@ async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: 
     """The supply's requests sent at `started` + each offset, until the pass is done."""
     tasks = []
 
-    async def send(request):
+    async def send(request, offset):
+        lag = time.perf_counter() - (state.started + offset)
         index = state.on_send()
+        state.send_lag[index] = lag
         state.on_finish(index, await stream_request(client, model, request, api))
 
     async def dispatch():
@@ -182,7 +185,7 @@ async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: 
             request = next(supply, None)
             if request is None:
                 break
-            tasks.append(asyncio.ensure_future(send(request)))
+            tasks.append(asyncio.ensure_future(send(request, offset)))
         state.stop_sending()  # the schedule or the supply ran out
 
     tasks.append(asyncio.ensure_future(dispatch()))
@@ -247,9 +250,7 @@ async def run_window(
         started=started,
         exhausted=state.cut_short,
         sent=state.sent,
-        scheduled_in_window=sum(state.opened <= offset < state.closed for offset in offsets)
-        if offsets and state.opened is not None and state.closed is not None
-        else None,
+        counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets else None,
     )
 
 
