@@ -17,7 +17,7 @@ from infbench.capacity.search import (
     search,
     wilson_interval,
 )
-from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision, pool_share
+from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision, pass_record, pool_share
 from infbench.report.capacity import capacity_text, estimate_text
 
 
@@ -363,3 +363,24 @@ def test_without_a_cap_in_the_config_the_servers_is_vllms_own_at_most_its_token_
     assert server_max_num_seqs({})["value"] == 128
     capped = server_max_num_seqs({"max_num_batched_tokens": 64})
     assert capped["value"] == 64 and "capped at max_num_batched_tokens = 64" in capped["source"]
+
+
+def test_a_passs_peaks_are_its_windows_not_its_opening_bursts():
+    from infbench.core.metrics import RequestResult
+    from infbench.engines.server_metrics import MetricsSeries
+    from infbench.serving.client import StreamedResult
+    from infbench.serving.window import WindowRun
+
+    running, waiting = "vllm:num_requests_running", "vllm:num_requests_waiting"
+    samples = [
+        {"t": 0.1, running: 8, waiting: 40},  # the ramp's opening burst
+        {"t": 1.5, running: 8, waiting: 3},  # the window, 1 s to 3 s
+        {"t": 2.5, running: 6, waiting: 1},
+        {"t": 3.5, running: 8, waiting: 12},  # the hold
+    ]
+    results = [StreamedResult(RequestResult(f"r{i}", 4, 4, 0.05, 0.2), "", sent_at=1.2 + i) for i in range(2)]
+    run = WindowRun(results, [True, True], 1.0, 3.0, 3.6, MetricsSeries(samples), 0.0, False, 12)
+    record = pass_record(run, {"ttft": 1000}, open_loop=False)
+    assert record["peak_num_requests_waiting"] == 3 and record["peak_num_requests_running"] == 8
+    run.metrics = MetricsSeries([], available=False)
+    assert pass_record(run, {"ttft": 1000}, open_loop=False)["peak_num_requests_waiting"] is None

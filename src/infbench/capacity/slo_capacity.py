@@ -96,6 +96,13 @@ def send_lag_growth_s(run: WindowRun) -> float | None:
     return statistics.median(lags[-tenth:]) - statistics.median(lags[:tenth])
 
 
+def window_peak(series, in_window: list[dict], name: str) -> float | None:
+    """The highest of the window's scrapes (0 if none caught it); None without /metrics."""
+    if not series.available:
+        return None
+    return max((sample[name] for sample in in_window if name in sample), default=0.0)
+
+
 def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     """One windowed pass of a probe: its window, requests sent and counted, attainment over the
     counted ones, throughput over the window, latency percentiles and server state."""
@@ -135,9 +142,10 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "send_lag_growth_ms": growth * MS if growth is not None else None,
         "client_behind": growth is not None and window > 0 and growth > LAG_GROWTH_BEHIND * window,
         "mean_num_requests_running": sum(running) / len(running) if running else None,
-        "peak_num_requests_running": series.peak("vllm:num_requests_running"),
-        "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
-        "peak_kv_cache_usage_perc": series.peak("vllm:kv_cache_usage_perc"),
+        # Peaks in the window, as the binding limit reads it: the ramp's opening burst is not the load.
+        "peak_num_requests_running": window_peak(series, in_window, "vllm:num_requests_running"),
+        "peak_num_requests_waiting": window_peak(series, in_window, "vllm:num_requests_waiting"),
+        "peak_kv_cache_usage_perc": window_peak(series, in_window, "vllm:kv_cache_usage_perc"),
         "preemptions": preemptions[1] - preemptions[0] if series.available else None,
         # The window's scrapes: the binding limit is read from values that co-occurred.
         "metrics_series": in_window,

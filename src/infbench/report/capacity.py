@@ -133,8 +133,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                     "output tok/s": probe["output_throughput"]["mean"],
                     "p99 TTFT ms": probe["p99_ttft_ms"],
                     "p99 TPOT ms": probe["p99_tpot_ms"],
-                    "peak running": probe["peak_num_requests_running"],
-                    "peak waiting": probe["peak_num_requests_waiting"],
+                    "peak running (windows)": probe["peak_num_requests_running"],
+                    "peak waiting (windows)": probe["peak_num_requests_waiting"],
                     "preemptions": probe["preemptions"],
                     "saturated": "yes" if probe["saturated"] else "",
                 }
