@@ -69,6 +69,7 @@ def test_a_closed_loop_has_no_schedule_to_lag_or_queue_behind():
     assert "client_queue_s" not in request_records(closed)[0]
 
 
+@pytest.mark.slow  # about 8 s of real time on the reference server: the fast group stays under a minute
 def test_a_capped_rate_above_the_servers_pace_queues_in_the_client(tmp_path):
     """The reference server takes 20 + 9 x 10 = 110 ms a request: at 20 req/s with one request
     in flight, requests wait in the client, and latencies from the send stay near 110 ms while

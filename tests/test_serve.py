@@ -218,6 +218,7 @@ def test_client_fidelity_artifact(tiny_run):
     assert "--disable-shuffle" in fidelity["vllm_bench_arguments"]
 
 
+@pytest.mark.slow  # starts vLLM's server process (about 8 s until it exits): the fast group stays under a minute
 def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
     args = vllm_engine_args(tmp_path / "no-such-model", "float32", default_config["engine"], 0, "cpu")
     server = VLLMServer(args, "missing", tmp_path / "server.log", env=engine_env(2, "cpu"), startup_timeout_s=180)
