@@ -117,7 +117,10 @@ def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
             max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lines.append,
         )  # fmt: skip
     searches = [record["concurrency"], *record["concurrency_searches"]]
-    assert [(s["capacity"], s["first_failing"]) for s in searches] == [(7, 8), (7, 8)], lines
+    # The schedule's break is between c = 7 (32 ms) and 8 (36 ms); the client's own time per token
+    # on a busy 2-core machine can move it down by one.
+    for one in searches:
+        assert one["capacity"] in (6, 7) and one["first_failing"] == one["capacity"] + 1, lines
     assert lines[0].startswith("search 1/2: ") and lines[1].startswith("search 2/2: ")  # turn by turn
     agreement = record["reproducibility"]
     assert agreement["status"] == "pass" and agreement["values"] == [s["estimate"]["value"] for s in searches]
