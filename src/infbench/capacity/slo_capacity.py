@@ -225,6 +225,37 @@ def predicted_kv_concurrency(requests: list[LoadRequest], kv: dict, max_model_le
     }
 
 
+def kv_limit_agreement(measured: float | None, requests: list[LoadRequest], kv: dict, max_model_len: int) -> dict:
+    """Where KV memory bound the server, the requests it ran at once (the peak of the probe's
+    window scrapes) against the simulator's bounds for these requests in the probe's order:
+
+        at least  those that fit at their peak footprint, ceil((prompt + max_tokens) / block)
+                  blocks each (the prediction: requests mid-decode hold fewer)
+        at most   those that fit at what admission needs, ceil((prompt + 1) / block) blocks each
+
+    of num_blocks - 1 blocks. Outside them, the pool the server ran is not the one it reported,
+    or the simulator's footprints are not vLLM's: fail."""
+    block = kv["block_size"]
+    usable = kv["num_blocks"] - 1
+    strategy = Strategy(f"paged_{block}", "paged", block_size=block)
+    slots = usable * block
+    peak = [TraceRequest(r.prompt_tokens, r.max_tokens) for r in requests]
+    admitted = [TraceRequest(r.prompt_tokens, 1) for r in requests]
+    low = static_capacity(peak, strategy, slots, max_model_len)
+    high = static_capacity(admitted, strategy, slots, max_model_len)
+    inside = measured is not None and low <= measured <= high
+    return {
+        "measured": measured,
+        "at_least": low,
+        "at_most": high,
+        "status": "pass" if inside else "fail",
+        "detail": f"{measured if measured is None else round(measured)} requests ran at once where KV memory bound; "
+        f"the simulator puts it between {low} (every request at its peak footprint, prompt + max_tokens) and "
+        f"{high} (at its prompt's blocks, what admission needs) of {usable} blocks of {block} tokens"
+        + ("" if inside else ": outside, the server's pool or its footprints are not the simulator's"),
+    }
+
+
 class CapacityProbes:
     """Measures probes of one kind (closed-loop `concurrency` or open-loop `request_rate`) on
     a running server, with the capacity settings of the config, every probe drawing distinct
@@ -427,8 +458,8 @@ def search_capacity(
     ]
     probes = searchers[0]
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
-    rows = probes.supply.rows  # in the order the probes draw them
-    predicted = predicted_kv_concurrency([load_request(r, 0) for r in rows], kv, max_model_len) if kv else None
+    requests = [load_request(r, 0) for r in probes.supply.rows]  # in the order the probes draw them
+    predicted = predicted_kv_concurrency(requests, kv, max_model_len) if kv else None
     kv_full_usage = 1.0
     if kv:
         largest = max(blocks_for(r["prompt_tokens"] + r["max_tokens"], kv["block_size"]) for r in pool)
@@ -447,6 +478,11 @@ def search_capacity(
         else:
             limit = binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs)
         record["binding"] = {"at": where, **limit}
+        record["kv_limit"] = (
+            kv_limit_agreement(by_load[where]["peak_num_requests_running"], requests, kv, max_model_len)
+            if mode == "concurrency" and kv and limit["limit"] == "kv_memory"
+            else None
+        )
         record["at_capacity"] = by_load.get(result.capacity)
         record["estimate"] = fitted_capacity(result.probes, settings["attainment"], mode, seed)
         return record

@@ -251,7 +251,7 @@ def view(capacity: dict | None) -> dict | None:
     target = int(round(capacity["attainment_target"] * 100, 0))
     predicted = capacity["predicted_kv_concurrency"]
     binding = capacity["concurrency"]["binding"]
-    at_binding = next(p for p in capacity["concurrency"]["probes"] if p["load"] == binding["at"])
+    kv_limit = capacity["concurrency"]["kv_limit"]
     cost = capacity["cost"]
     endpoint = capacity["endpoint"]
     figures = [
@@ -275,9 +275,7 @@ def view(capacity: dict | None) -> dict | None:
         if predicted
         else None,
         "endpoint": endpoint["base_url"] if endpoint else None,
-        "measured_kv_limit": fmt(at_binding["peak_num_requests_running"], 0)
-        if binding["limit"] == "kv_memory"
-        else None,
+        "measured_kv_limit": {**kv_limit, "measured": fmt(kv_limit["measured"], 0)} if kv_limit else None,
         "binding_limit": binding["limit"].replace("_", " "),
         "binding_at": int(binding["at"]),
         "binding_evidence": binding["evidence"],

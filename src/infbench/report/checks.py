@@ -100,6 +100,21 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     else "one probe: nothing to compare",
                 }
             )
+            if mode == "concurrency":
+                kv_limit = search["kv_limit"]
+                checks.append(
+                    {
+                        "model": model,
+                        "stage": "slo capacity",
+                        "name": "KV-limited concurrency within the simulator's bounds",
+                        "status": kv_limit["status"] if kv_limit else "not_available",
+                        "value": kv_limit["measured"] if kv_limit else None,
+                        "detail": kv_limit["detail"]
+                        if kv_limit
+                        else f"KV memory did not bind the search ({search['binding']['limit'].replace('_', ' ')} did): "
+                        "nothing to compare with the simulator's prediction",
+                    }
+                )
             if mode == "request_rate":
                 behind = [probe["load"] for probe in search["probes"] if probe.get("client_behind")]
                 checks.append(
