@@ -9,7 +9,7 @@ LOCK := envs/cpu.lock.txt
 STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml envs/setup-venv.sh | sha1sum | cut -c1-12)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup report test test-fast lint dry-run lock lock-checksums clean-results stage-times config-docs
+.PHONY: setup report test test-fast lint dry-run plan lock lock-checksums clean-results stage-times config-docs
 
 setup: $(STAMP)
 
@@ -23,6 +23,11 @@ report: setup
 
 dry-run: setup
 	snakemake --cores $(CORES) --dry-run
+
+# What the configured run's measurements will take: the windowed passes from the config, each
+# expected from an earlier run's latencies here, and that run's stage times.
+plan: setup
+	python scripts/plan.py
 
 # The whole tree: Python (ruff lint and format), the rule files (snakefmt), both workflows (snakemake --lint).
 lint: setup

@@ -1,0 +1,148 @@
+"""What a run's measurements will cost before it runs (`make plan`): the serving stage's
+windowed passes and the capacity search's from the config, each pass's expected seconds where
+an earlier run's load.json gives the level's latency and throughput on this machine, and the
+time every measured stage took in that run (its `benchmarks/` records).
+
+A windowed pass (serving/window.py) lasts about
+
+    ramp + window + hold = e2e + max(window_s, window_requests / request throughput) + e2e
+
+the ramp ending after about one latency (as many completions as requests in flight) and the
+hold after the last counted request's latency. A level of a run never measured here has no
+latency to go by: only its floor, window_s, is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from infbench.core.artifacts import read_json
+from infbench.core.stage_times import StageTimesError, collect
+from infbench.serving.sweep import configured_levels
+
+
+@dataclass
+class PassPlan:
+    stage: str
+    what: str
+    passes: int
+    floor_s: float  # a pass's window alone
+    expected_s: float | None  # a pass, from an earlier run's latencies; None: never measured here
+    up_to: bool = False  # `passes` is the most there can be (a search stops when decided)
+
+
+def pass_seconds(window_s: float, window_requests: int, request_throughput: float, e2el_s: float) -> float:
+    """Ramp + window + hold of one windowed pass (the formula above)."""
+    return e2el_s + max(window_s, window_requests / request_throughput) + e2el_s
+
+
+def level_key(level: dict) -> tuple:
+    return (level["api"], level["mode"], level["max_concurrency"], level["request_rate"])
+
+
+def serving_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
+    """The serve stage's levels, `load.repeats` passes each; a ramp or trace replays its
+    schedule (its floor is its last send, expected only from an earlier run)."""
+    load = config["load"]
+    measured = {level_key(level): level for level in (earlier or {}).get("levels", [])}
+    plans = []
+    for level in configured_levels(load, config["workload"]["api"]):
+        key = (level.api, level.mode, level.concurrency, level.arrivals.rate if level.arrivals else "inf")
+        before = measured.get(key)
+        if level.windowed:
+            floor = load["window_s"]
+            expected = (
+                pass_seconds(
+                    load["window_s"],
+                    load["window_requests"],
+                    before["request_throughput"],
+                    before["median_e2el_ms"] / 1000,
+                )
+                if before and before["request_throughput"]
+                else None
+            )
+        else:
+            requests = load["ramp"]["requests"] if level.mode == "ramp" else 0
+            floor = requests / max(level.arrivals.rate, level.arrivals.ramp_to or 0.0) if requests else 0.0
+            expected = before["duration"] / len(before["repeats"]) if before else None
+        plans.append(PassPlan("serve", level.label, load["repeats"], floor, expected))
+    return plans
+
+
+def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
+    """The capacity search: at most max_probes probes a search of at most `repeats` windowed
+    passes; expected from an earlier search's probes and their pass times."""
+    capacity = config["capacity"]
+    if not capacity["enabled"]:
+        return []
+    probes = capacity["max_probes"] * capacity["searches"]
+    expected = None
+    if earlier:
+        # The earlier search's probes, each pass resized to this config's window.
+        expected = sum(
+            pass_seconds(
+                capacity["window_s"],
+                capacity["window_requests"],
+                probe["request_throughput"]["mean"],
+                (probe["median_e2el_ms"] or 0.0) / 1000,
+            )
+            * probe["passes"]
+            for probe in earlier["concurrency"]["probes"]
+            if probe["request_throughput"]["mean"]
+        ) / (probes * capacity["repeats"])  # per pass, as the other plans are given
+    return [
+        PassPlan(
+            "slo_capacity",
+            f"concurrency search: up to {probes} probes of up to {capacity['repeats']} windows",
+            probes * capacity["repeats"],
+            capacity["window_s"],
+            expected,
+            up_to=True,
+        )
+    ]
+
+
+def stage_seconds(benchmarks: Path) -> dict[tuple[str, str | None], float]:
+    """Each measured stage's seconds in the run whose records are in `benchmarks` ({} if none)."""
+    try:
+        return {(t.model, t.rule): t.seconds for t in collect(benchmarks)}
+    except StageTimesError:
+        return {}
+
+
+def render(config: dict, results: Path, benchmarks: Path) -> str:
+    """The plan as text: per model, the windowed passes and the earlier run's stage times."""
+    lines = []
+    for model in config["models"]:
+        name = model["name"]
+        load_json, capacity_json = results / name / "load.json", results / name / "slo_capacity.json"
+        earlier_load = read_json(load_json) if load_json.exists() else None
+        earlier_capacity = read_json(capacity_json) if capacity_json.exists() else None
+        lines.append(f"{name}:")
+        total_floor = total_expected = 0.0
+        unknown = False
+        for plan in serving_plan(config, earlier_load) + capacity_plan(config, earlier_capacity):
+            floor = plan.passes * plan.floor_s
+            expected = plan.passes * plan.expected_s if plan.expected_s is not None else None
+            bound = "up to" if plan.up_to else "at least"
+            shown = f"about {expected:.0f} s" if expected is not None else "not measured here yet"
+            count = f"up to {plan.passes}" if plan.up_to else f"{plan.passes}"
+            lines.append(f"  {plan.stage:<13} {plan.what}: {count} passes, windows {bound} {floor:.0f} s, {shown}")
+            total_floor += 0.0 if plan.up_to else floor
+            total_expected += expected or 0.0
+            unknown |= expected is None
+        expected_text = (
+            "not measured here yet"
+            if not total_expected
+            else f"about {total_expected:.0f} s" + (", and the levels not measured here yet" if unknown else "")
+        )
+        lines.append(
+            f"  serving windows at least {total_floor:.0f} s; passes expected {expected_text} "
+            "(server starts, warm-ups and the offline stages besides)"
+        )
+        times = {rule: seconds for (owner, rule), seconds in stage_seconds(benchmarks).items() if owner == name}
+        if times:
+            shown = ", ".join(f"{rule} {seconds:.0f} s" for rule, seconds in times.items())
+            lines.append(f"  the last run's stage times ({benchmarks}): {shown}; {sum(times.values()):.0f} s in all")
+    return "\n".join(lines)
