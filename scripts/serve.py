@@ -53,6 +53,7 @@ def main(stage):
         levels = run_sweep(
             server=server,
             workload=workload,
+            pool=read_jsonl(stage.input.pool),
             load=params.load,
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],

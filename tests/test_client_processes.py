@@ -126,6 +126,6 @@ def test_auto_spreads_a_level_only_where_one_process_would_need_half_a_core():
     cost = ClientCost(cpu_per_request_s=1e-3, cpu_per_chunk_s=50e-6, first_byte_ms=1.0, requests=32,
                       output_tokens=16, concurrency=16)  # fmt: skip
     # 20 req/s of 8 tokens: 0.02 + 160 chunks/s x 50 us = 0.028 of a core; 400 req/s: 0.56.
-    assert expected_client_share(Level(None, Arrivals(20.0)), REQUESTS, None, cost) == pytest.approx(0.028)
-    assert expected_client_share(Level(None, Arrivals(400.0)), REQUESTS, None, cost) == pytest.approx(0.56)
-    assert expected_client_share(Level(None, Arrivals(400.0)), REQUESTS, None, None) == 0.0
+    assert expected_client_share(Level(None, Arrivals(20.0)), REQUESTS, cost) == pytest.approx(0.028)
+    assert expected_client_share(Level(None, Arrivals(400.0)), REQUESTS, cost) == pytest.approx(0.56)
+    assert expected_client_share(Level(None, Arrivals(400.0)), REQUESTS, None) == 0.0

@@ -31,6 +31,12 @@ CONVERSATIONS = [
     ["Name a river in Europe and its sea.", "The Danube, which flows into the Black Sea."],
     ["Hi", "Hello!"],  # under 4 tokens: dropped as vLLM's ShareGPT sampling drops it
     ["Only a question, never answered."],  # no reply: skipped
+    # Enough distinct conversations for a level's windowed pass, which never sends one twice.
+    *(
+        [f"In one sentence, what is {topic} for, case {case}?", f"{topic.capitalize()} serves requests, case {case}."]
+        for case in range(6)
+        for topic in ("a scheduler", "a tokenizer", "a prefill step", "a decode step", "a block table")
+    ),
 ]
 
 
@@ -75,13 +81,12 @@ def project(tmp_path: Path, tiny_model: Path, base_url: str) -> Path:
             "warm_requests": 1,
             "external": {"base_url": f"{base_url}/v1", "model": SERVED_NAME, "api_key_env": KEY_VARIABLE},
         },
-        load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6},
-        # The capacity search runs against an endpoint too; a short one, concurrency only, at
-        # c = 1: the dataset's three conversations are the whole request pool.
+        load={"concurrency": [2], "request_rates": [], "ramp": None, "window_requests": 6},
+        # The capacity search runs against an endpoint too; a short one, concurrency only, at c = 1.
         capacity={"start_concurrency": 1, "max_concurrency": 1},
     )
     config["workload"].update(
-        api="chat", source="dataset", dataset={"path": "data/my-conversations.json", "num_requests": 10}
+        api="chat", source="dataset", dataset={"path": "data/my-conversations.json", "num_requests": 100}
     )
     write_config(workdir, config)
     return workdir
@@ -121,8 +126,9 @@ def test_an_external_endpoint_is_measured_with_the_users_prompts_and_its_key_is_
 
     summary = read_json(results / "workload_summary.json")
     source = summary["source"]
-    assert source["format"] == "sharegpt" and source["rows_in_source"] == 5 and source["rows_unusable"] == 1
-    assert source["kept"] == 3 and source["dropped"] == {"too_long": 0, "too_short": 1}
+    assert source["format"] == "sharegpt" and source["rows_in_source"] == len(CONVERSATIONS)
+    assert source["rows_unusable"] == 1 and source["dropped"] == {"too_long": 0, "too_short": 1}
+    assert source["kept"] == len(CONVERSATIONS) - 2
     assert summary["provenance"]["inputs"]["workload.dataset"] == source["sha256"]
 
     # Every level is a chat level; each request records the endpoint's own count of its prompt

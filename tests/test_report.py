@@ -361,6 +361,8 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         },
         "study": {"latency_s": 1.29, "prompt_tokens": 7, "completion_tokens": 50, "method": "m", "hardware": "h"},
         "repeats": 1,
+        "window": {"seconds": "5", "min_requests": 16},
+        "whole_pass_levels": "ramp levels",
         "send_lag_warn_ms": "50",
         "queue_share_warn": "10%",
         "chat_levels": True,

@@ -31,7 +31,7 @@ def test_reruns_redo_only_what_changed(run_copy, tiny_model, tmp_path):
 
     config = tiny_config(tiny_model)
     changed_load = json.loads(json.dumps(config))
-    changed_load["load"]["requests_per_level"] += 1
+    changed_load["load"]["window_requests"] += 1
     (tmp_path / "load.yaml").write_text(yaml.safe_dump(changed_load))
     dry = snakemake(tiny_run, "--cores", "8", "--dry-run", "--configfile", str(tmp_path / "load.yaml")).stdout
     # The server stage, the live KV check and MBU that read its load, and the report; not the

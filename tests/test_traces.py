@@ -161,7 +161,7 @@ def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path
             hf_baseline={"enabled": False},
             vllm_offline={"enabled": False},
             server={"warm_requests": 1, "external": {"base_url": f"{server.base_url}/v1", "model": "served"}},
-            load={"concurrency": [2], "request_rates": [], "ramp": None, "requests_per_level": 6,
+            load={"concurrency": [2], "request_rates": [], "ramp": None, "window_s": 0.05, "window_requests": 4,
                   "trace_scales": [1.0, 2.0], "repeats": 1},
             capacity={"start_concurrency": 2, "max_concurrency": 2, "rate": True, "max_probes": 2},
         )  # fmt: skip

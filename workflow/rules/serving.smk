@@ -21,6 +21,7 @@ rule serve:
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
+        pool=rules.workload.output.pool,
         code=script_code("serve"),
     params:
         device=config["hardware"]["device"],

@@ -34,9 +34,18 @@ def interval_text(summary: dict, digits: int = 1) -> str:
 
 def shown_tail(levels: list[dict]) -> int:
     """The tail percentile the serving table shows beside p90: p99 where some level's pooled
-    requests support it, else p95 (the default 3 x 16 requests support p95, not p99)."""
+    requests support it, else p95."""
     supported = {q for level in levels for q in level["percentile_support"]["e2el"]["supported"]}
     return 99 if 99 in supported else 95
+
+
+def counted_sent(level: dict) -> str:
+    """Requests counted over requests sent, summed over the level's passes: a windowed pass
+    counts those sent in its window, a whole pass every one."""
+    repeats = level["repeats"]
+    counted = sum(len(r["requests"]) for r in repeats)
+    sent = sum(r["window"]["sent"] if r["window"] else len(r["requests"]) for r in repeats)
+    return f"{counted} / {sent}"
 
 
 def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
@@ -46,7 +55,8 @@ def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
         support = level["percentile_support"]
         row = {
             "level": level_label(level),
-            "passes × requests": f"{len(level['repeats'])} × {len(level['repeats'][0]['requests'])}",
+            "passes": len(level["repeats"]),
+            "counted / sent": counted_sent(level),
             "output tok/s": across["output_throughput"]["mean"],
             "output tok/s ci95": interval_text(across["output_throughput"]),
         }
@@ -258,6 +268,12 @@ def breakdown_table(levels: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def whole_pass_text(levels: list[dict]) -> str:
+    """The levels measured over their whole pass (no window), named by kind: '' if none."""
+    kinds = [kind for kind in ("ramp", "trace") if any(level["mode"] == kind for level in levels)]
+    return " and ".join(f"{kind} levels" for kind in kinds)
+
+
 def view(server: dict | None, load: dict | None) -> dict | None:
     """What the section shows; None without a server and its load sweep."""
     if not server or not load:
@@ -278,6 +294,8 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "request": study_request_view(server["study_request"]),
         "study": {key: study[key] for key in ("latency_s", "prompt_tokens", "completion_tokens", "method", "hardware")},
         "repeats": len(levels[0]["repeats"]) if levels else 0,
+        "window": {"seconds": f"{load['settings']['window_s']:g}", "min_requests": load["settings"]["window_requests"]},
+        "whole_pass_levels": whole_pass_text(levels),
         "send_lag_warn_ms": f"{SEND_LAG_WARN_S * 1000:.0f}",
         "queue_share_warn": f"{QUEUE_SHARE_WARN * 100:.0f} %",
         "chat_levels": any(level["api"] == "chat" for level in levels),

@@ -43,6 +43,7 @@ class StreamedResult:
     # Open loop: perf_counter when its scheduled time came and the client got to it (the sleep
     # ended); sent_at - ready_at is its wait for a free slot (vLLM's client_queue_time).
     ready_at: float | None = None
+    scheduled_s: float | None = None  # open loop, windowed pass: its send offset in the schedule
 
 
 APIS = ("completions", "chat")
@@ -175,15 +176,47 @@ def openai_client(base_url: str, timeout_s: float, api_key: str | None = None) -
 
 
 @dataclass
+class PassWindow:
+    """What a windowed pass (serving/window.py) was beyond its counted requests: its window
+    (seconds from the pass's start), its end, every request sent, and every one that finished
+    (counted or not: the ramp's and the hold's too, as the server's histograms see them)."""
+
+    opened_s: float
+    closed_s: float
+    ended_s: float
+    sent: int
+    finished: list[StreamedResult]
+    cut_short: bool  # the request supply ran out before the window had its time and its requests
+
+    def to_json(self) -> dict:
+        return {
+            "opened_s": self.opened_s,
+            "closed_s": self.closed_s,
+            "seconds": self.closed_s - self.opened_s,
+            "ended_s": self.ended_s,
+            "sent": self.sent,
+            "finished": len(self.finished),
+            "cut_short": self.cut_short,
+        }
+
+
+@dataclass
 class LevelRun:
-    results: list[StreamedResult]
-    duration_s: float
+    results: list[StreamedResult]  # the requests measured: a windowed pass's counted ones
+    duration_s: float  # what throughput is over: the whole pass, or its window
     metrics: MetricsSeries
     client_cpu_s: float  # every client process's CPU seconds, summed
     scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
     started: float  # perf_counter at the level's start; sends are timed from it
     processes: int = 1  # client processes the level was spread over
     process_cpu_s: list[float] | None = None  # each client process's CPU seconds (None: one process)
+    window: PassWindow | None = None  # a windowed pass; None: every request of the pass counted
+
+    def window_samples(self) -> list[dict]:
+        """The /metrics scrapes the level's server figures are read from: the window's."""
+        if self.window is None:
+            return self.metrics.samples
+        return [s for s in self.metrics.samples if self.window.opened_s <= s["t"] <= self.window.closed_s]
 
 
 @dataclass

@@ -23,9 +23,10 @@ QUEUE_SHARE_WARN = 0.1  # median client queue time against the median E2E latenc
 
 
 def open_loop_rates(run: LevelRun) -> dict | None:
-    """Offered, sent and achieved request rates of an open-loop level, over the sample itself:
+    """Offered, sent and achieved request rates of an open-loop level, over the sample itself
+    (a windowed pass: its counted requests), each as (n - 1) / the span it took:
 
-    offered  = N / last scheduled send
+    offered  = (N - 1) / span of scheduled sends
     sent     = (n - 1) / span of actual sends
     achieved = (n - 1) / span of completions (a server that keeps up completes requests as fast
                as they were sent; completed / duration would read low even then, because the
@@ -37,7 +38,7 @@ def open_loop_rates(run: LevelRun) -> dict | None:
     sends = sorted(s.sent_at for s in run.results)
     completions = sorted(s.sent_at + s.result.e2el for s in done)
     return {
-        "offered": len(run.scheduled) / run.scheduled[-1],
+        "offered": (len(run.scheduled) - 1) / (run.scheduled[-1] - run.scheduled[0]),
         "sent": (len(sends) - 1) / (sends[-1] - sends[0]),
         "achieved": (len(completions) - 1) / (completions[-1] - completions[0]),
     }
@@ -109,6 +110,25 @@ def processes_needed(share: float, cpus: int) -> int:
     return max(1, min(cpus, math.ceil(share / PROCESS_SHARE)))
 
 
+def steady_window_check(run: LevelRun) -> dict:
+    """A windowed pass held its load until its last counted request finished: fails where the
+    request supply ran out first, so counted requests saw the load fall as slots went unfilled."""
+    window = run.window
+    detail = (
+        f"window {window.opened_s:.1f}-{window.closed_s:.1f} s of a {window.ended_s:.1f} s pass: "
+        f"{len(run.results)} of {window.sent} requests sent counted"
+    )
+    if window.cut_short:
+        return check(
+            "steady_window",
+            "fail",
+            len(run.results),
+            detail + "; the request pool ran out before the last counted request finished, so the load fell "
+            "under them: raise workload.pool_requests (a dataset: use a larger one)",
+        )
+    return check("steady_window", "pass", len(run.results), detail + ", the load held until the last of them finished")
+
+
 def validity_checks(
     run: LevelRun, requests, tokenizer, prefix_caching: bool, client_cost: ClientCost | None = None
 ) -> list[dict]:
@@ -117,6 +137,8 @@ def validity_checks(
     checks = [
         check("failed_requests", "fail" if failed else "pass", failed, f"{failed} of {len(results)} requests failed")
     ]
+    if run.window is not None:
+        checks.append(steady_window_check(run))
     done = [s for s in run.results if s.result.success]
     asked = {r.id: r.max_tokens for r in requests}
     short = sum(s.result.output_tokens < asked[s.result.request_id] for s in done)
@@ -185,15 +207,17 @@ def validity_checks(
         return checks + [
             not_available(name, "vLLM's /metrics") for name in ("metrics_coverage", "prefix_cache_hit_rate")
         ]
-    busy = [sample for sample in run.metrics.samples if sample.get("vllm:num_requests_running", 0) > 0]
+    samples = run.window_samples()
+    busy = [sample for sample in samples if sample.get("vllm:num_requests_running", 0) > 0]
+    span = "window" if run.window else "pass"
     checks.append(
         check(
             "metrics_coverage",
             "pass" if len(busy) >= 2 else "warn",
             len(busy),
-            f"{len(busy)} /metrics samples caught requests running during this {run.duration_s:.1f} s "
-            "level; with fewer than 2 the server-state figures miss the level: lower "
-            "load.metrics_interval_s or raise load.requests_per_level",
+            f"{len(busy)} /metrics samples caught requests running during this {run.duration_s:.1f} s {span}; "
+            "with fewer than 2 the server-state figures miss the level: lower load.metrics_interval_s or raise "
+            "load.window_s",
         )
     )
     queries = run.metrics.first_last("vllm:prefix_cache_queries_total")

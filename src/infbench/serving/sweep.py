@@ -4,6 +4,7 @@ sweep, each level summarized with vLLM's result-JSON field names and checked for
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from dataclasses import dataclass, replace
@@ -15,12 +16,12 @@ from infbench.core.checks import STATUS_RANK, check
 from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, goodput
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
+from infbench.engines.server_metrics import MetricsSeries
 from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
-from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, run_level, trace_requests
+from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, load_request, run_level, trace_requests
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.level_checks import (
-    client_ceiling_check,
     client_rates,
     open_loop_rates,
     open_loop_timing,
@@ -28,6 +29,7 @@ from infbench.serving.level_checks import (
     validity_checks,
 )
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
+from infbench.serving.window import RequestSupply, Window, level_run, run_window
 from infbench.workload.requests import has_chat_template
 
 
@@ -79,6 +81,12 @@ class Level:
         return "request_rate" if self.arrivals.ramp_to is None else "ramp"
 
     @property
+    def windowed(self) -> bool:
+        """Measured in a steady-state window (serving/window.py): a closed loop or a fixed rate.
+        A ramp holds no load steady and a trace replays its own schedule: whole passes."""
+        return self.mode in ("concurrency", "request_rate")
+
+    @property
     def label(self) -> str:
         prefix = "chat, " if self.api == "chat" else ""
         if self.arrivals is None:
@@ -128,8 +136,9 @@ WARMUP_MAX_TOKENS = 16
 
 
 def warmup_requests(requests: list[LoadRequest], level: Level) -> list[LoadRequest]:
-    """Untimed requests before each pass of a level: its first k requests sent together, k its
-    cap on requests in flight (1 for an uncapped rate), outputs cut to WARMUP_MAX_TOKENS."""
+    """Untimed requests before each pass of a level: the first k of `requests` (the workload's)
+    sent together, k its cap on requests in flight (1 for an uncapped rate), outputs cut to
+    WARMUP_MAX_TOKENS."""
     count = min(len(requests), level.concurrency or 1)
     return [replace(r, id=f"warmup-{r.id}", max_tokens=min(r.max_tokens, WARMUP_MAX_TOKENS)) for r in requests[:count]]
 
@@ -147,8 +156,11 @@ def repeat_summary(
     state and validity checks (the client's against `client_cost`, its calibrated ceiling)."""
     results = [s.result for s in run.results]
     summary = aggregate(results, run.duration_s)
-    series = run.metrics
+    series = MetricsSeries(run.window_samples(), run.metrics.available)  # the window's scrapes
     preemptions = series.first_last("vllm:num_preemptions_total")
+    # vLLM's histograms hold every request that finished during the pass, the ramp's and the
+    # hold's too: the time split is over those.
+    finished = [s.result for s in (run.window.finished if run.window else run.results)]
     rates = open_loop_rates(run) or {}
     records = request_records(run)
     summary.update(
@@ -165,8 +177,9 @@ def repeat_summary(
             "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             "checks": validity_checks(run, requests, tokenizer, prefix_caching, client_cost),
+            "window": run.window.to_json() if run.window else None,
             "metrics_series": run.metrics.samples,
-            "time_totals": pass_totals(series, results),
+            "time_totals": pass_totals(run.metrics, finished),
             "requests": records,
             **queue_figures(records),
         }
@@ -322,24 +335,33 @@ def summarize_level(
     return summary
 
 
-def expected_client_share(level: Level, requests: list[LoadRequest], warm: LevelRun | None, client_cost) -> float:
-    """load.client_processes auto: the share of a core one client process is expected to need
-    for a level, from the calibrated model (0 without one). Open loop, from its schedule: a r
-    + b r T, r its offered rate and T its mean output length. Closed loop, from its warm-up
-    (its first c requests at once): that pass's client_ceiling value (0 without a warm-up)."""
+def expected_client_share(level: Level, requests: list[LoadRequest], client_cost: ClientCost | None) -> float:
+    """load.client_processes auto, for a ramp or trace level (open loop, whole pass): the share
+    of a core one client process is expected to need, from the calibrated model, a r + b r T,
+    r the schedule's highest rate and T its mean output length (0 without a calibration)."""
     if client_cost is None:
         return 0.0
-    if level.arrivals is not None:
-        rate = max(level.arrivals.rate, level.arrivals.ramp_to or 0.0)  # a ramp's highest
-        mean_tokens = sum(r.max_tokens for r in requests) / len(requests)
-        return client_cost.load_share(rate, rate * mean_tokens)
-    return client_ceiling_check(warm, client_cost)["value"] if warm is not None else 0.0
+    rate = max(level.arrivals.rate, level.arrivals.ramp_to or 0.0)  # a ramp's highest
+    mean_tokens = sum(r.max_tokens for r in requests) / len(requests)
+    return client_cost.load_share(rate, rate * mean_tokens)
+
+
+class SweepError(RuntimeError):
+    """A level that could not be measured as configured: the message says why and what to change."""
+
+
+def recorded(requests, drawn: dict[str, LoadRequest]):
+    """The requests of an iterator as they are drawn, each also kept in `drawn` by its id."""
+    for request in requests:
+        drawn[request.id] = request
+        yield request
 
 
 def run_sweep(
     *,
     server: VLLMServer | ExternalEndpoint,
     workload: list[dict],
+    pool: list[dict],
     load: dict,
     seed: int,
     timeout_s: float,
@@ -351,21 +373,29 @@ def run_sweep(
     """Every configured level against a running server (this pipeline's or an external one),
     `load.repeats` passes over the levels in turn (so slow drift spreads over all levels
     instead of biasing one), each level pass after its warm-up; repeat k draws its open-loop
-    schedule with seed + k. Stops at the first level the server does not survive (its failed
-    requests are in the error). Each level's client check is against `client_cost`, the
-    client's calibrated ceiling on this machine."""
-    cycled = cycle_requests(workload, load["requests_per_level"])
+    schedule with seed + k. A closed-loop or fixed-rate pass is a steady-state window
+    (load.window_s, load.window_requests) over distinct requests from `pool`, never one twice
+    in a pass; a ramp sends load.ramp.requests of them, a trace replays its own. Stops at the
+    first level the server does not survive (its failed requests are in the error). Each
+    level's client check is against `client_cost`, the client's calibrated ceiling here."""
     traced = trace_requests(workload)
     trace = workload_trace(workload)
     levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer), trace)
+    supply = RequestSupply(pool, load_request, seed)
+    window = Window(load["window_s"], load["window_requests"])
+    drawn: dict[str, LoadRequest] = {r.id: r for r in traced}
     runs = [[] for _ in levels]
 
-    def requests_of(level: Level) -> list[LoadRequest]:
-        return traced if level.mode == "trace" else cycled
+    def check_alive(level: Level, results) -> None:
+        if not server.alive():
+            failed = sum(not s.result.success for s in results)
+            what = "the endpoint stopped answering" if isinstance(server, ExternalEndpoint) else "the vLLM server died"
+            raise ServerError(
+                f"{what} during the load level {level.label}: {failed} of {len(results)} finished requests failed; "
+                f"its log:\n{server.log_tail()}"
+            )
 
-    def level_pass(
-        level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed, processes=1
-    ) -> LevelRun:
+    def whole_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed, processes=1):
         run = asyncio.run(
             run_level(
                 server.base_url,
@@ -382,47 +412,73 @@ def run_sweep(
                 processes=processes,
             )
         )
-        if not server.alive():
-            failed = sum(not s.result.success for s in run.results)
-            what = "the endpoint stopped answering" if isinstance(server, ExternalEndpoint) else "the vLLM server died"
-            raise ServerError(
-                f"{what} during the load level {level.label}: {failed} of {len(batch)} requests failed; "
-                f"its log:\n{server.log_tail()}"
-            )
+        check_alive(level, run.results)
         return run
+
+    def windowed_pass(level: Level, pass_seed: int) -> LevelRun:
+        run = asyncio.run(
+            run_window(
+                server.base_url,
+                server.served_name,
+                recorded(supply.take(), drawn),
+                window=window,
+                concurrency=level.concurrency,
+                arrivals=level.arrivals,
+                seed=pass_seed,
+                interval_s=load["metrics_interval_s"],
+                timeout_s=timeout_s,
+                api=level.api,
+                api_key=server.api_key,
+                scrape_metrics=server.metrics,
+            )
+        )
+        check_alive(level, run.results)
+        if not run.counted_results:
+            raise SweepError(
+                f"the request pool ran out before the window of the level {level.label} counted a request "
+                f"({run.sent} sent, {len(pool)} distinct requests in request_pool.jsonl): raise "
+                "workload.pool_requests (a dataset: use a larger one), or lower the level"
+            )
+        return level_run(run)
+
+    def ramp_requests() -> list[LoadRequest]:
+        return list(recorded(itertools.islice(supply.take(), load["ramp"]["requests"]), drawn))
 
     for repeat in range(load["repeats"]):
         for index, level in enumerate(levels):
-            requests = requests_of(level)
-            warm_run = None
             if load["warmup"]:
-                warm = warmup_requests(requests, level)
-                warm_run = level_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
-            processes = load["client_processes"]
-            if processes == "auto":
-                processes = processes_needed(
-                    expected_client_share(level, requests, warm_run, client_cost), len(os.sched_getaffinity(0))
+                warm = warmup_requests(cycle_requests(workload, level.concurrency or 1), level)
+                whole_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
+            if level.windowed:
+                run = windowed_pass(level, seed + repeat)
+            else:
+                requests = traced if level.mode == "trace" else ramp_requests()
+                processes = load["client_processes"]
+                if processes == "auto":
+                    processes = processes_needed(
+                        expected_client_share(level, requests, client_cost), len(os.sched_getaffinity(0))
+                    )
+                run = whole_pass(
+                    level,
+                    requests,
+                    concurrency=level.concurrency,
+                    arrivals=level.arrivals,
+                    pass_seed=seed + repeat,
+                    processes=processes,
                 )
-            run = level_pass(
-                level,
-                requests,
-                concurrency=level.concurrency,
-                arrivals=level.arrivals,
-                pass_seed=seed + repeat,
-                processes=processes,
-            )
             runs[index].append(run)
             summary = aggregate([s.result for s in run.results], run.duration_s)
-            failed = summary["failed"]
+            counted = f"{len(run.results)} of {run.window.sent} sent counted, " if run.window else ""
             progress(
-                f"repeat {repeat + 1}/{load['repeats']}, {level.label}: {summary['output_throughput']:.1f} output "
-                f"tok/s, median TTFT {summary['median_ttft_ms']:.0f} ms, median TPOT "
-                f"{summary['median_tpot_ms']:.1f} ms, {failed} failed"
+                f"repeat {repeat + 1}/{load['repeats']}, {level.label}: {counted}{summary['output_throughput']:.1f} "
+                f"output tok/s, median TTFT {summary['median_ttft_ms']:.0f} ms, median TPOT "
+                f"{summary['median_tpot_ms']:.1f} ms, {summary['failed']} failed"
             )
+    requests = list(drawn.values())
     return [
         summarize_level(
             level_runs,
-            requests_of(level),
+            requests,
             level=level,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals
-from infbench.serving.client import LoadRequest, StreamedResult, openai_client, stream_request
+from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class WindowRun:
     sent: int  # every request sent, those cancelled when the pass ended included
     # Open loop: each counted request's send lag (sent less scheduled, seconds), in send order.
     counted_send_lags_s: list[float] | None = None
+    client_cpu_s: float = 0.0  # this process's CPU seconds over the pass
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -167,15 +168,26 @@ async def closed_loop(client, model: str, supply: Iterator[LoadRequest], concurr
     return tasks
 
 
-async def open_loop(client, model: str, supply: Iterator[LoadRequest], offsets: list[float], state: _Pass, api: str):
-    """The supply's requests sent at `started` + each offset, until the pass is done."""
+async def open_loop(
+    client, model: str, supply: Iterator[LoadRequest], offsets: list[float], state: _Pass, api: str, cap: int | None
+):
+    """The supply's requests sent at `started` + each offset, at most `cap` in flight where it
+    is given (vLLM's --max-concurrency: a request whose time came waits for a free slot), until
+    the pass is done. A request counts if the window is open when it is sent, not when its
+    time came."""
     tasks = []
+    gate = asyncio.Semaphore(cap) if cap is not None else contextlib.nullcontext()
 
     async def send(request, offset):
-        lag = time.perf_counter() - (state.started + offset)
-        index = state.on_send()
-        state.send_lag[index] = lag
-        state.on_finish(index, await stream_request(client, model, request, api))
+        ready = time.perf_counter()
+        async with gate:
+            if not state.sending():
+                return
+            index = state.on_send()
+            state.send_lag[index] = ready - (state.started + offset)
+            streamed = await stream_request(client, model, request, api)
+        streamed.ready_at, streamed.scheduled_s = ready, offset
+        state.on_finish(index, streamed)
 
     async def dispatch():
         for offset in offsets:
@@ -217,22 +229,25 @@ async def run_window(
     api_key: str | None = None,
     scrape_metrics: bool = True,
 ) -> WindowRun:
-    """One windowed pass from one client process: closed loop (`concurrency` in flight) or
-    open loop (requests sent on `arrivals`, uncapped). A request is held to `timeout_s`, so the
-    hold after the window ends within it."""
-    if (concurrency is None) == (arrivals is None):
-        raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals), not both")
+    """One windowed pass from one client process: closed loop (`arrivals` None: `concurrency`
+    in flight) or open loop (requests sent on `arrivals`, at most `concurrency` in flight where
+    it is given). A request is held to `timeout_s`, so the hold after the window ends within it."""
+    if concurrency is None and arrivals is None:
+        raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals)")
     client = openai_client(base_url, timeout_s, api_key)
     offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
     try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
-            state = _Pass(window, concurrency or 1, started)
+            cpu_started = time.process_time()
             if arrivals is None:
+                state = _Pass(window, concurrency, started)
                 tasks = await closed_loop(client, model, supply, concurrency, state, api)
             else:
-                tasks = await open_loop(client, model, supply, offsets, state, api)
+                state = _Pass(window, 1, started)
+                tasks = await open_loop(client, model, supply, offsets, state, api, concurrency)
             ended = state.now()
+            cpu_s = time.process_time() - cpu_started
             for task in tasks:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -251,6 +266,23 @@ async def run_window(
         exhausted=state.cut_short,
         sent=state.sent,
         counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets else None,
+        client_cpu_s=cpu_s,
+    )
+
+
+def level_run(run: WindowRun) -> LevelRun:
+    """A windowed pass as a serving level's pass: its counted requests over its window (so
+    throughput is the window's completion rate), the client's CPU seconds at the pass's own
+    rate over the window, the whole pass in `window`."""
+    counted = run.counted_results
+    return LevelRun(
+        results=counted,
+        duration_s=run.window_s,
+        metrics=run.metrics,
+        client_cpu_s=run.client_cpu_s * run.window_s / run.ended_s if run.ended_s else 0.0,
+        scheduled=[s.scheduled_s for s in counted] if run.counted_send_lags_s is not None else [],
+        started=run.started,
+        window=PassWindow(run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted),
     )
 
 

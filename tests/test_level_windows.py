@@ -1,0 +1,105 @@
+"""The serving levels' steady-state windows, the sweep run on the reference server (a known
+token schedule): a closed-loop or fixed-rate pass counts only the distinct requests sent in its
+window, holds the load until they finish and takes throughput over the window; a pool that
+runs out says so."""
+
+import pytest
+
+from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.sweep import SweepError, run_sweep
+
+
+def rows(count: int) -> list[dict]:
+    return [
+        {"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 10, "api": "completions",
+         "messages": [{"role": "user", "content": f"prompt {i}"}]}
+        for i in range(count)
+    ]  # fmt: skip
+
+
+LOAD = {
+    "concurrency": [4],
+    "chat_concurrency": [],
+    "request_rates": [20.0],
+    "burstiness": 1.0,
+    "max_concurrency": None,
+    "ramp": None,
+    "window_s": 0.6,
+    "window_requests": 20,
+    "repeats": 2,
+    "warmup": False,
+    "metrics_interval_s": 0.02,
+    "slo_ms": {"ttft": 1000},
+    "client_processes": "auto",
+    "trace_scales": [1.0],
+}
+# 10 tokens 10 ms apart after a 20 ms TTFT: about 0.11 s a request.
+SCHEDULE = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)
+
+
+def sweep(server, pool: list[dict], **load) -> list[dict]:
+    return run_sweep(
+        server=server,
+        workload=rows(4),
+        pool=pool,
+        load={**LOAD, **load},
+        seed=0,
+        timeout_s=30,
+        tokenizer=None,
+        prefix_caching=False,
+        progress=lambda line: None,
+    )
+
+
+def check(repeat: dict, name: str) -> dict:
+    return next(c for c in repeat["checks"] if c["name"] == name)
+
+
+def test_a_level_counts_the_distinct_requests_of_its_window_and_takes_throughput_over_it(tmp_path):
+    with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
+        closed, rate = sweep(server, rows(1000))
+    ids = []
+    for level in (closed, rate):
+        for repeat in level["repeats"]:
+            window, counted = repeat["window"], repeat["requests"]
+            assert window["seconds"] >= LOAD["window_s"] and len(counted) >= LOAD["window_requests"]
+            assert all(window["opened_s"] <= r["sent_s"] <= window["closed_s"] for r in counted)
+            # The ramp's requests and the hold's were sent, and finished or were cancelled, uncounted.
+            assert window["sent"] > len(counted) and window["finished"] > len(counted)
+            assert repeat["duration"] == pytest.approx(window["seconds"])
+            assert repeat["output_throughput"] == pytest.approx(10 * len(counted) / window["seconds"])
+            assert check(repeat, "steady_window")["status"] == "pass"
+            ids += [r["request_id"].split("#")[0] for r in counted]
+    assert len(ids) == len(set(ids))  # no request twice, in a pass or across the sweep
+    # Little's law in the window: 4 in flight over the median latency (less the turnaround).
+    little = 4 / (closed["median_e2el_ms"] / 1000)
+    assert 0.8 * little < closed["request_throughput"] < 1.05 * little
+    assert closed["peak_num_requests_running"] == 4
+    # The fixed rate: every counted request was scheduled in the window and left on time.
+    for repeat in rate["repeats"]:
+        assert all(r["scheduled_s"] >= repeat["window"]["opened_s"] - 0.05 for r in repeat["requests"])
+    assert 15.0 < rate["offered_request_rate"] < 27.0 and 15.0 < rate["achieved_request_rate"] < 27.0
+
+
+def test_a_rate_level_capped_in_flight_counts_requests_when_sent_and_records_their_wait(tmp_path):
+    # 40 req/s against 2 slots of 0.11 s each: at most 18 req/s get out, the rest wait.
+    with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
+        (rate,) = sweep(server, rows(1000), concurrency=[], request_rates=[40.0], max_concurrency=2, repeats=1)
+    (repeat,) = rate["repeats"]
+    assert rate["peak_num_requests_running"] <= 2
+    assert all(repeat["window"]["opened_s"] <= r["sent_s"] <= repeat["window"]["closed_s"] for r in repeat["requests"])
+    assert rate["median_client_queue_time_ms"] > 50
+    assert check(repeat, "client_queue")["status"] == "warn"
+
+
+def test_a_pool_that_runs_out_fails_the_steady_window_check_or_stops_the_stage(tmp_path):
+    with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
+        # 30 rows: the ramp's 4, then the window's 20 and more: the pool ends inside the pass.
+        (closed,) = sweep(server, rows(30), request_rates=[], repeats=1, window_s=5.0)
+        (repeat,) = closed["repeats"]
+        assert repeat["window"]["cut_short"] and repeat["window"]["sent"] == 30
+        assert check(repeat, "steady_window")["status"] == "fail"
+        assert "workload.pool_requests" in check(repeat, "steady_window")["detail"]
+        # 4 rows: the ramp uses them all, and nothing is counted.
+        with pytest.raises(SweepError, match="raise workload.pool_requests"):
+            sweep(server, rows(4), request_rates=[], repeats=1)
