@@ -16,7 +16,8 @@ def main(stage):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
-        prefixes, counts = request_prefixes(tokenizer, read_jsonl(stage.input.workload), load, kv["block_size"])
+        sources = read_jsonl(stage.input.workload) + read_jsonl(stage.input.pool)  # levels draw from the pool
+        prefixes, counts = request_prefixes(tokenizer, sources, load, kv["block_size"])
         print(f"prefix caching on: {counts['matched']} requests re-tokenized as served, {counts['unmatched']} not")
     validation = live_validation(load, kv, prefixes, counts["unmatched"] if counts else 0)
     validation["model"] = server["model"]

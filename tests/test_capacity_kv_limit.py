@@ -1,27 +1,31 @@
 """Where KV memory binds the capacity search, the requests the server ran at once must lie
-within the simulator's bounds for the same requests: worked by hand, and the report's check
+within bounds any server running those requests keeps: worked by hand, and the report's check
 failing on a planted measurement outside them."""
 
 from infbench.capacity.slo_capacity import kv_limit_agreement
 from infbench.report.checks import collect_checks
 from infbench.serving.client import LoadRequest
 
-# 100 usable blocks of 16 tokens. Each request: 20 prompt + 60 output tokens, 5 blocks at its
-# peak (80 tokens), 2 blocks at admission (21 tokens).
-KV = {"num_blocks": 101, "block_size": 16}
-REQUESTS = [LoadRequest(f"r{i}", "p", 20, 60) for i in range(10)]
+# 100 usable blocks of 16 tokens. The largest request: 40 prompt + 60 output tokens, 7 blocks at
+# its peak (100 tokens); the smallest prompt: 20 tokens, 2 blocks.
+KV = {"num_blocks": 101, "block_size": 16, "prefix_caching": False}
+REQUESTS = [LoadRequest("small", "p", 20, 10), LoadRequest("large", "p", 40, 60)]
 
 
-def test_the_bounds_are_the_peak_and_the_admission_footprints():
-    inside = kv_limit_agreement(30.0, REQUESTS, KV, 512)
-    assert (inside["at_least"], inside["at_most"]) == (100 // 5, 100 // 2) == (20, 50)
-    assert inside["status"] == "pass"
-    assert kv_limit_agreement(20.0, REQUESTS, KV, 512)["status"] == "pass"  # the bounds are inclusive
-    # Fewer than fit at their peak footprints: the server's pool is smaller than it said.
-    below = kv_limit_agreement(12.0, REQUESTS, KV, 512)
-    assert below["status"] == "fail" and "not the simulator's" in below["detail"]
-    assert kv_limit_agreement(51.0, REQUESTS, KV, 512)["status"] == "fail"
-    assert kv_limit_agreement(None, REQUESTS, KV, 512)["status"] == "fail"  # no scrape: nothing measured
+def test_the_bounds_are_the_largest_peak_and_the_smallest_prompt():
+    inside = kv_limit_agreement(30.0, REQUESTS, KV, predicted=22)
+    # Memory binds with at most 7 blocks free: at least (100 - 7) // 7 = 13 ran; at most 100 // 2 = 50.
+    assert (inside["at_least"], inside["at_most"], inside["status"]) == (13, 50, "pass")
+    assert kv_limit_agreement(13.0, REQUESTS, KV, 22)["status"] == "pass"  # inclusive
+    assert kv_limit_agreement(50.0, REQUESTS, KV, 22)["status"] == "pass"
+    below = kv_limit_agreement(12.0, REQUESTS, KV, 22)  # planted: fewer than any full pool holds
+    assert below["status"] == "fail" and "not the one it reported" in below["detail"]
+    assert kv_limit_agreement(51.0, REQUESTS, KV, 22)["status"] == "fail"  # more than fit at their prompts
+    # Prefix caching shares blocks: no upper bound, the lower one stays.
+    shared = {**KV, "prefix_caching": True}
+    assert kv_limit_agreement(80.0, REQUESTS, shared, 22)["at_most"] is None
+    assert kv_limit_agreement(80.0, REQUESTS, shared, 22)["status"] == "pass"
+    assert kv_limit_agreement(12.0, REQUESTS, shared, 22)["status"] == "fail"
 
 
 def search(kv_limit, limit="kv_memory") -> dict:
@@ -41,9 +45,9 @@ def search(kv_limit, limit="kv_memory") -> dict:
 def test_the_report_check_fails_outside_the_bounds_and_is_not_available_where_memory_did_not_bind():
     def kv_check(concurrency):
         checks = collect_checks("m", {"slo_capacity": {"concurrency": concurrency}})
-        return next(c for c in checks if c["name"] == "KV-limited concurrency within the simulator's bounds")
+        return next(c for c in checks if c["name"] == "KV-limited concurrency within the bounds a full pool sets")
 
-    assert kv_check(search(kv_limit_agreement(30.0, REQUESTS, KV, 512)))["status"] == "pass"
-    assert kv_check(search(kv_limit_agreement(12.0, REQUESTS, KV, 512)))["status"] == "fail"
+    assert kv_check(search(kv_limit_agreement(30.0, REQUESTS, KV, 22)))["status"] == "pass"
+    assert kv_check(search(kv_limit_agreement(12.0, REQUESTS, KV, 22)))["status"] == "fail"
     free = kv_check(search(None, limit="compute"))
     assert free["status"] == "not_available" and "compute did" in free["detail"]

@@ -113,9 +113,9 @@ def test_the_gate_names_the_regressed_figure_and_refuses_a_pattern_that_matches_
         gate(record, ["*/serve/c=8/output_throughput"])
 
 
-def capacity_artifact(value, ci95) -> dict:
-    """slo_capacity.json cut to what a comparison reads: the concurrency search's estimate."""
-    return {"slo_ms": {"ttft": 1000}, "concurrency": {"estimate": {"value": value, "ci95": ci95}}}
+def capacity_artifact(value, ci95, outcome="bracketed") -> dict:
+    """slo_capacity.json cut to what a comparison reads: the concurrency search's estimate and outcome."""
+    return {"slo_ms": {"ttft": 1000}, "concurrency": {"estimate": {"value": value, "ci95": ci95}, "outcome": outcome}}
 
 
 def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_one():
@@ -136,6 +136,13 @@ def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_o
     template = REPO / "report" / "run_comparison.html.j2"
     html = render(build_comparison_context(record, lines, ["*/slo_capacity/*"]), template)
     assert "SLO capacity" in html and "28 [25, 33]" in html and "above [60, above]" in html
+    assert lines[1].endswith("(a capacity outside its probed range cannot be judged)")
+    # A capacity the client bounded (its rate search could not send more) is named as such.
+    limited = run(
+        "e", {"m": {"load": load, "slo_capacity": capacity_artifact("above", [60, "above"], "client_limited")}}
+    )
+    (line,) = gate(comparison_record([base, limited], threshold=0.05, labels=["base", "e"]), ["*/slo_capacity/*"])
+    assert "the candidate's capacity is a lower bound, the client could not send the load above it" in line
 
 
 def test_three_runs_give_two_comparisons_against_the_first():

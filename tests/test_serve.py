@@ -99,8 +99,8 @@ def test_serve_artifacts(tiny_run):
         ("completions", "ramp", 4, 2.0),
         ("chat", "concurrency", 4, "inf"),
     }
-    # vLLM's schedule: the last of N requests leaves at N / rate, so the offered rate is the configured one.
-    assert levels[("completions", "request_rate", 4, 4.0)]["offered_request_rate"] == pytest.approx(4.0)
+    # vLLM's schedule at 4 req/s, of which a window counts 8 sends or more: (n - 1) / their span.
+    assert 2.5 < levels[("completions", "request_rate", 4, 4.0)]["offered_request_rate"] < 6.0
     assert levels[("completions", "ramp", 4, 2.0)]["ramp_end_rate"] == 16.0
     for (_, _, cap, _), level in levels.items():
         for repeat in level["repeats"]:
@@ -119,16 +119,19 @@ def test_serve_artifacts(tiny_run):
     assert load["client_placement"]["client_cpus"]
     for level in load["levels"]:
         assert all(field in level for field in VLLM_FIELDS)
-        # Two passes of 16 requests each, pooled in the level's vLLM fields.
+        windowed = level["mode"] != "ramp"
+        # Two passes: a windowed level counts 8 requests a pass or more (load.window_requests),
+        # the ramp its 16 (load.ramp.requests); all pooled in the level's vLLM fields.
         assert len(level["repeats"]) == 2
-        assert level["completed"] == 32 and level["failed"] == 0
+        counted = [len(r["requests"]) for r in level["repeats"]]
+        assert all(n >= 8 for n in counted) if windowed else counted == [16, 16]
+        assert level["completed"] == sum(counted) and level["failed"] == 0
         assert level["total_output_tokens"] == sum(r["total_output_tokens"] for r in level["repeats"])
         across = level["across_repeats"]["output_throughput"]
         expected = reference_mean_interval([r["output_throughput"] for r in level["repeats"]])
         assert across["n"] == 2
         assert (across["mean"], across["ci95_low"], across["ci95_high"]) == pytest.approx(expected, rel=1e-4)
-        # 32 pooled requests support p90 (10) and p95 (20), not p99 (100).
-        assert level["percentile_support"]["ttft"] == {"n": 32, "supported": [50, 90, 95]}
+        assert level["percentile_support"]["ttft"]["n"] == sum(counted)
         assert {c["name"] for c in level["checks"]} >= {
             "failed_requests",
             "short_outputs",
@@ -138,26 +141,33 @@ def test_serve_artifacts(tiny_run):
             "metrics_coverage",
             "repeats_agree",
             "breakdown_same_requests",
-        }
-        # vLLM timed the level's 32 requests; per request its intervals nest inside the client's:
-        # the engine core's inside vLLM's TTFT and E2E latency, vLLM's inside the client's.
+        } | ({"steady_window"} if windowed else set())
+        # vLLM timed every request each pass finished (a windowed pass drains its uncounted ones
+        # too); per request its intervals nest inside the client's: the engine core's inside
+        # vLLM's TTFT and E2E latency, vLLM's inside the client's.
+        finished = [r for repeat in level["repeats"] for r in repeat["requests"] + repeat["uncounted_requests"]]
         split = level["time_breakdown"]
         assert split["check"]["status"] == "pass" and split["server_counts"] == dict.fromkeys(
-            split["server_counts"], 32
+            split["server_counts"], len(finished)
         )
         ttft, e2el = split["ttft_ms"], split["e2el_ms"]
         assert ttft["engine_prefill"] > 0 and e2el["engine_decode"] > 0 and split["tpot_ms"]["engine"] > 0
         for parts, latency in ((ttft, "ttft"), (e2el, "e2el")):
             assert parts["api_server_and_intake"] > 0 and parts["after_vllm"] > 0, (latency, parts)
-            ours = [r[latency] for repeat in level["repeats"] for r in repeat["requests"]]
-            assert parts["client"] == pytest.approx(sum(ours) / len(ours) * 1000)
+            assert parts["client"] == pytest.approx(sum(r[latency] for r in finished) / len(finished) * 1000)
         assert not [c for c in level["checks"] if c["status"] == "fail"]
         for repeat in level["repeats"]:
-            assert repeat["completed"] == 16
             assert any("vllm:kv_cache_usage_perc" in sample for sample in repeat["metrics_series"])
             # One scrape just before the pass and one just after it bound the counters' deltas.
             series = repeat["metrics_series"]
-            assert series[0]["t"] <= 0 <= repeat["duration"] <= series[-1]["t"]
+            window = repeat["window"]
+            assert series[0]["t"] <= 0 <= (window["closed_s"] if windowed else repeat["duration"]) <= series[-1]["t"]
+            if windowed:
+                # Counted: sent while the window was open; drained: every request sent finished.
+                assert all(window["opened_s"] <= r["sent_s"] <= window["closed_s"] for r in repeat["requests"])
+                assert window["finished"] == window["sent"] == len(repeat["requests"] + repeat["uncounted_requests"])
+                ids = [r["request_id"].split("#")[0] for r in repeat["requests"] + repeat["uncounted_requests"]]
+                assert len(ids) == len(set(ids)) and all(i.startswith("pool-") for i in ids)  # distinct pool rows
             for request in repeat["requests"]:
                 assert request["success"] and request["ttft"] <= request["e2el"]
                 # One gap per streamed chunk after the first; a chunk may carry several tokens
@@ -175,21 +185,19 @@ def test_serve_artifacts(tiny_run):
 
 
 def test_chat_level_runs_each_prompt_through_the_chat_template(tiny_run):
-    """The chat level sends the same requests' messages to /v1/chat/completions: the server's
-    prompt count for each is the model's chat template around that user turn, token for token."""
+    """The chat level sends pool rows' messages to /v1/chat/completions: the server's prompt
+    count for each is the model's chat template around that user turn, token for token."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_run / "resources/models/tiny")
-    workload = {r["id"]: r for r in map(json.loads, (tiny_run / "results/tiny/workload.jsonl").open())}
+    pool = {r["id"]: r for r in map(json.loads, (tiny_run / "results/tiny/request_pool.jsonl").open())}
     load = read_json(tiny_run / "results/tiny/load.json")
     chat = next(level for level in load["levels"] if level["api"] == "chat")
-    completions = next(level for level in load["levels"] if level["api"] == "completions")
-    sent_as_is = {r["request_id"]: r["prompt_tokens"] for r in completions["repeats"][0]["requests"]}
     for request in chat["repeats"][0]["requests"]:
-        messages = workload[request["request_id"].split("#")[0]]["messages"]
-        templated = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        row = pool[request["request_id"].split("#")[0]]
+        templated = tokenizer.apply_chat_template(row["messages"], tokenize=False, add_generation_prompt=True)
         assert request["prompt_tokens"] == len(tokenizer(templated, add_special_tokens=False)["input_ids"])
-        assert request["prompt_tokens"] > sent_as_is[request["request_id"]]
+        assert request["prompt_tokens"] > row["prompt_tokens"]  # the row's prompt as completions sends it
     assert chat["failed"] == 0 and not [c for c in chat["checks"] if c["status"] == "fail"]
 
 

@@ -35,8 +35,8 @@ rule allocator:
 rule kv_validation:
     """The simulator checked live: the blocks the requests in flight held by its allocation rule
     (and by its rival, reservation at admission), against the usage the server's /metrics
-    reported, over each load level's time series. The model and workload: with prefix caching
-    on, which blocks requests share follows from their prompts' tokens."""
+    reported, over each load level's time series. The model, workload and request pool: with
+    prefix caching on, which blocks requests share follows from their prompts' tokens."""
     output:
         report(
             "results/{model}/kv_validation.json",
@@ -49,6 +49,7 @@ rule kv_validation:
         load=rules.serve.output.load,
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
+        pool=rules.workload.output.pool,
         code=script_code("kv_validation"),
     params:
         provenance_config=lambda wildcards: stage_config(wildcards, "engine", "load"),

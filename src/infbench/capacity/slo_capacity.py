@@ -225,34 +225,38 @@ def predicted_kv_concurrency(requests: list[LoadRequest], kv: dict, max_model_le
     }
 
 
-def kv_limit_agreement(measured: float | None, requests: list[LoadRequest], kv: dict, max_model_len: int) -> dict:
-    """Where KV memory bound the server, the requests it ran at once (the peak of the probe's
-    window scrapes) against the simulator's bounds for these requests in the probe's order:
+def kv_limit_agreement(measured: float, requests: list[LoadRequest], kv: dict, predicted: int) -> dict:
+    """Where KV memory bound the server, the most requests it ran at once (the peak of the
+    binding probe's window scrapes) against bounds any server running these requests must keep,
+    of U = num_blocks - 1 blocks of B tokens, L the largest request's peak footprint
+    ceil((prompt + max_tokens) / B) and S the smallest prompt's ceil(prompt / B):
 
-        at least  those that fit at their peak footprint, ceil((prompt + max_tokens) / block)
-                  blocks each (the prediction: requests mid-decode hold fewer)
-        at most   those that fit at what admission needs, ceil((prompt + 1) / block) blocks each
+        at least  floor((U - L) / L)   memory bound when the cache had no room for the largest
+                                       request (usage at least 1 - L / U, the binding limit's
+                                       rule), and no request holds more than L blocks
+        at most   floor(U / S)         no running request holds fewer blocks than its prompt
+                                       fills (prompts prefilled whole, no blocks shared)
 
-    of num_blocks - 1 blocks. Outside them, the pool the server ran is not the one it reported,
-    or the simulator's footprints are not vLLM's: fail."""
-    block = kv["block_size"]
-    usable = kv["num_blocks"] - 1
-    strategy = Strategy(f"paged_{block}", "paged", block_size=block)
-    slots = usable * block
-    peak = [TraceRequest(r.prompt_tokens, r.max_tokens) for r in requests]
-    admitted = [TraceRequest(r.prompt_tokens, 1) for r in requests]
-    low = static_capacity(peak, strategy, slots, max_model_len)
-    high = static_capacity(admitted, strategy, slots, max_model_len)
-    inside = measured is not None and low <= measured <= high
+    and the simulator's prediction (`predicted`, requests at their peak footprint in the
+    probe's order) beside them. Outside them the pool the server ran is not the one it
+    reported: fail. With prefix caching on, requests share blocks: no upper bound."""
+    block, usable = kv["block_size"], kv["num_blocks"] - 1
+    largest = max(blocks_for(r.prompt_tokens + r.max_tokens, block) for r in requests)
+    smallest = max(1, min(blocks_for(r.prompt_tokens, block) for r in requests))
+    low = max(0, (usable - largest) // largest)
+    high = None if kv.get("prefix_caching") else usable // smallest
+    inside = low <= measured and (high is None or measured <= high)
+    shown_high = f"{high}" if high is not None else "no bound (prefix caching shares blocks)"
     return {
         "measured": measured,
+        "predicted": predicted,
         "at_least": low,
         "at_most": high,
         "status": "pass" if inside else "fail",
-        "detail": f"{measured if measured is None else round(measured)} requests ran at once where KV memory bound; "
-        f"the simulator puts it between {low} (every request at its peak footprint, prompt + max_tokens) and "
-        f"{high} (at its prompt's blocks, what admission needs) of {usable} blocks of {block} tokens"
-        + ("" if inside else ": outside, the server's pool or its footprints are not the simulator's"),
+        "detail": f"at most {measured:.0f} requests ran at once where KV memory bound (the simulator predicted "
+        f"{predicted}); with {usable} blocks of {block} tokens, the largest request {largest} blocks at its peak and "
+        f"the smallest prompt {smallest}, any server holds between {low} and {shown_high}"
+        + ("" if inside else ": outside, the pool the server ran is not the one it reported"),
     }
 
 
@@ -479,8 +483,8 @@ def search_capacity(
             limit = binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs)
         record["binding"] = {"at": where, **limit}
         record["kv_limit"] = (
-            kv_limit_agreement(by_load[where]["peak_num_requests_running"], requests, kv, max_model_len)
-            if mode == "concurrency" and kv and limit["limit"] == "kv_memory"
+            kv_limit_agreement(by_load[where]["peak_num_requests_running"], requests, kv, predicted["value"])
+            if mode == "concurrency" and predicted and limit["limit"] == "kv_memory"
             else None
         )
         record["at_capacity"] = by_load.get(result.capacity)

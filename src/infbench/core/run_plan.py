@@ -41,12 +41,22 @@ def level_key(level: dict) -> tuple:
     return (level["api"], level["mode"], level["max_concurrency"], level["request_rate"])
 
 
+def per_pass(level: dict) -> float:
+    """An earlier run's level: the seconds of its passes, on average."""
+    return level["duration"] / len(level["repeats"])
+
+
 def serving_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
-    """The serve stage's levels, `load.repeats` passes each; a ramp or trace replays its
-    schedule (its floor is its last send, expected only from an earlier run)."""
+    """The serve stage's levels, `load.repeats` passes each; a ramp replays its schedule (its
+    floor is its last send, expected only from an earlier run). A trace's levels follow from
+    the trace's own span: planned only from an earlier run's."""
     load = config["load"]
     measured = {level_key(level): level for level in (earlier or {}).get("levels", [])}
-    plans = []
+    plans = [
+        PassPlan("serve", f"trace x{level['trace_scale']:g}", load["repeats"], 0.0, per_pass(level))
+        for level in (earlier or {}).get("levels", [])
+        if level["mode"] == "trace" and config["workload"]["source"] == "trace"
+    ]
     for level in configured_levels(load, config["workload"]["api"]):
         key = (level.api, level.mode, level.concurrency, level.arrivals.rate if level.arrivals else "inf")
         before = measured.get(key)
@@ -65,7 +75,7 @@ def serving_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
         else:
             requests = load["ramp"]["requests"] if level.mode == "ramp" else 0
             floor = requests / max(level.arrivals.rate, level.arrivals.ramp_to or 0.0) if requests else 0.0
-            expected = before["duration"] / len(before["repeats"]) if before else None
+            expected = per_pass(before) if before else None
         plans.append(PassPlan("serve", level.label, load["repeats"], floor, expected))
     return plans
 
@@ -79,8 +89,10 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
     probes = capacity["max_probes"] * capacity["searches"]
     expected = None
     if earlier:
-        # The earlier search's probes, each pass resized to this config's window.
-        expected = sum(
+        # The earlier searches' probes, each pass resized to this config's window, for as many
+        # searches as this config runs.
+        searched = [earlier["concurrency"], *earlier.get("concurrency_searches", [])]
+        seconds = [
             pass_seconds(
                 capacity["window_s"],
                 capacity["window_requests"],
@@ -88,10 +100,12 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
                 (probe["median_e2el_ms"] or 0.0) / 1000,
             )
             * probe["passes"]
-            for probe in earlier["concurrency"]["probes"]
+            for search in searched
+            for probe in search["probes"]
             if probe["request_throughput"]["mean"]
-        ) / (probes * capacity["repeats"])  # per pass, as the other plans are given
-    return [
+        ]
+        expected = sum(seconds) / len(searched) * capacity["searches"] / (probes * capacity["repeats"])  # a pass
+    plans = [
         PassPlan(
             "slo_capacity",
             f"concurrency search: up to {probes} probes of up to {capacity['repeats']} windows",
@@ -101,6 +115,10 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
             up_to=True,
         )
     ]
+    if capacity["rate"]:
+        # Windows of ten median latencies at the concurrency capacity: known once it is found.
+        plans.append(PassPlan("slo_capacity", "rate search: windows of ten latencies", 0, 0.0, None, up_to=True))
+    return plans
 
 
 def stage_seconds(benchmarks: Path) -> dict[tuple[str, str | None], float]:
@@ -128,6 +146,9 @@ def render(config: dict, results: Path, benchmarks: Path) -> str:
             bound = "up to" if plan.up_to else "at least"
             shown = f"about {expected:.0f} s" if expected is not None else "not measured here yet"
             count = f"up to {plan.passes}" if plan.up_to else f"{plan.passes}"
+            if not plan.passes:
+                lines.append(f"  {plan.stage:<13} {plan.what}: sized once the concurrency capacity is found")
+                continue
             lines.append(f"  {plan.stage:<13} {plan.what}: {count} passes, windows {bound} {floor:.0f} s, {shown}")
             total_floor += 0.0 if plan.up_to else floor
             total_expected += expected or 0.0

@@ -77,7 +77,8 @@ def source_id(record: dict) -> str:
 
 
 def request_prefixes(tokenizer, workload: list[dict], load: dict, block_size: int) -> tuple[dict, dict]:
-    """The prefix blocks of every workload request each API ran, from its prompt tokenized as
+    """The prefix blocks of every request each API ran (`workload`: the workload's requests and
+    the pool's, by id), from its prompt tokenized as
     the server tokenized it (completions: the workload's prompt; chat: its messages through the
     chat template). A prompt whose token count differs from the server's gets none, and each
     record of it is counted unmatched. Returns ((api, request id) -> prefix blocks, counts)."""
@@ -86,7 +87,7 @@ def request_prefixes(tokenizer, workload: list[dict], load: dict, block_size: in
     for level in load["levels"]:
         api = level.get("api", "completions")
         for repeat in level["repeats"]:
-            for record in repeat["requests"]:
+            for record in repeat["requests"] + repeat.get("uncounted_requests", []):
                 key = (api, source_id(record))
                 if key not in seen:
                     source = by_id.get(key[1])
@@ -230,7 +231,8 @@ def level_check(level: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int
     totals = {name: {"samples": 0, "outside": 0, "max_blocks_outside": 0} for name in MODELS}
     told_apart = 0  # samples on-demand allocation explains and reservation does not
     for repeat in level["repeats"]:
-        done = [r for r in repeat["requests"] if r["success"]]
+        # Every request the pass ran held blocks: a windowed pass's uncounted ones too.
+        done = [r for r in repeat["requests"] + repeat.get("uncounted_requests", []) if r["success"]]
         gaps = [gap for r in done for gap in r["itl"]]
         step_s = statistics.median(gaps) if gaps else 0.0
         errors = {}

@@ -106,7 +106,7 @@ def collect_checks(model: str, artifacts: dict) -> list[dict]:
                     {
                         "model": model,
                         "stage": "slo capacity",
-                        "name": "KV-limited concurrency within the simulator's bounds",
+                        "name": "KV-limited concurrency within the bounds a full pool sets",
                         "status": kv_limit["status"] if kv_limit else "not_available",
                         "value": kv_limit["measured"] if kv_limit else None,
                         "detail": kv_limit["detail"]

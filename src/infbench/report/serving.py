@@ -161,7 +161,7 @@ def sweep_figures(levels: list[dict], table: pd.DataFrame, tail: int) -> list:
             "TTFT distribution per level",
             draw_ttft,
             ttft.groupby("level")["TTFT ms"].describe().reset_index(),
-            "Every request of every repeat.",
+            "Every counted request of every repeat.",
         )
     )
     series = pd.DataFrame(

@@ -247,6 +247,18 @@ def capacity_verdict(baseline: dict, candidate: dict) -> str:
     return NO_DIFFERENCE
 
 
+def unjudged(capacity: dict) -> str:
+    """Why a capacity comparison has no interval: a run whose client could not send the load
+    above its capacity (a lower bound), or a capacity outside its run's probed range."""
+    limited = [run for run in ("baseline", "candidate") if capacity[run].get("outcome") == "client_limited"]
+    if limited:
+        return (
+            f"the {' and '.join(limited)}'s capacity is a lower bound, the client could not send the load above it, "
+            "so it cannot be judged"
+        )
+    return "a capacity outside its probed range cannot be judged"
+
+
 def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: dict[str, str]) -> list[dict]:
     """Each SLO capacity both runs searched, by its interval (capacity_verdict)."""
     rows = []
@@ -254,8 +266,8 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
         base = baseline.models.get(base_model, {}).get("slo_capacity")
         cand = candidate.models.get(candidate_model, {}).get("slo_capacity")
         for mode, unit in CAPACITY_SEARCHES.items():
-            base_estimate = ((base or {}).get(mode) or {}).get("estimate")
-            cand_estimate = ((cand or {}).get(mode) or {}).get("estimate")
+            base_search, cand_search = (base or {}).get(mode) or {}, (cand or {}).get(mode) or {}
+            base_estimate, cand_estimate = base_search.get("estimate"), cand_search.get("estimate")
             if not base_estimate or not cand_estimate or base_estimate["value"] is None:
                 continue
             rows.append(
@@ -265,8 +277,16 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
                     "search": mode,
                     "unit": unit,
                     "slo_ms": {"baseline": base["slo_ms"], "candidate": cand["slo_ms"]},
-                    "baseline": {"value": base_estimate["value"], "ci95": base_estimate["ci95"]},
-                    "candidate": {"value": cand_estimate["value"], "ci95": cand_estimate["ci95"]},
+                    "baseline": {
+                        "value": base_estimate["value"],
+                        "ci95": base_estimate["ci95"],
+                        "outcome": base_search.get("outcome"),
+                    },
+                    "candidate": {
+                        "value": cand_estimate["value"],
+                        "ci95": cand_estimate["ci95"],
+                        "outcome": cand_search.get("outcome"),
+                    },
                     "verdict": capacity_verdict(base_estimate, cand_estimate),
                 }
             )
@@ -425,7 +445,7 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                 why = (
                     "regressed: its 95 % interval lies wholly below the baseline's"
                     if capacity["verdict"] == LOWER
-                    else "no interval: a capacity outside its probed range cannot be judged"
+                    else f"no interval: {unjudged(capacity)}"
                 )
                 lines.append(
                     f"{why.split(':')[0]}: {capacity['key']} ({pair}): {capacity['candidate']['value']} "

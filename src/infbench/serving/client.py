@@ -186,17 +186,27 @@ class PassWindow:
     ended_s: float
     sent: int
     finished: list[StreamedResult]
-    cut_short: bool  # the request supply ran out before the window had its time and its requests
+    cut_short: bool  # the request supply (or schedule) ran out before the last counted request finished
+    # What the server delivered while the window was open, from every request of the pass:
+    completed: int  # requests that completed in the window
+    completed_prompt_tokens: int  # their prompt tokens
+    output_tokens: float  # output tokens that arrived in the window
+
+    @property
+    def seconds(self) -> float:
+        return self.closed_s - self.opened_s
 
     def to_json(self) -> dict:
         return {
             "opened_s": self.opened_s,
             "closed_s": self.closed_s,
-            "seconds": self.closed_s - self.opened_s,
+            "seconds": self.seconds,
             "ended_s": self.ended_s,
             "sent": self.sent,
             "finished": len(self.finished),
             "cut_short": self.cut_short,
+            "completed_in_window": self.completed,
+            "output_tokens_in_window": self.output_tokens,
         }
 
 

@@ -112,7 +112,8 @@ def processes_needed(share: float, cpus: int) -> int:
 
 def steady_window_check(run: LevelRun) -> dict:
     """A windowed pass held its load until its last counted request finished: fails where the
-    request supply ran out first, so counted requests saw the load fall as slots went unfilled."""
+    request pool (or an open loop's schedule, sized for a hold of server.request_timeout_s) ran
+    out first, so counted requests saw the load fall as slots went unfilled."""
     window = run.window
     detail = (
         f"window {window.opened_s:.1f}-{window.closed_s:.1f} s of a {window.ended_s:.1f} s pass: "
@@ -123,8 +124,8 @@ def steady_window_check(run: LevelRun) -> dict:
             "steady_window",
             "fail",
             len(run.results),
-            detail + "; the request pool ran out before the last counted request finished, so the load fell "
-            "under them: raise workload.pool_requests (a dataset: use a larger one)",
+            detail + "; the request pool (or the schedule) ran out before the last counted request finished, so "
+            "the load fell under them: raise workload.pool_requests (a dataset: use a larger one)",
         )
     return check("steady_window", "pass", len(run.results), detail + ", the load held until the last of them finished")
 

@@ -13,7 +13,8 @@ import openai
 
 from infbench.core import study_figures
 from infbench.core.checks import STATUS_RANK, check
-from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, goodput
+from infbench.core.errors import UserError
+from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, goodput, meets_slo
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.server_metrics import MetricsSeries
@@ -143,6 +144,32 @@ def warmup_requests(requests: list[LoadRequest], level: Level) -> list[LoadReque
     return [replace(r, id=f"warmup-{r.id}", max_tokens=min(r.max_tokens, WARMUP_MAX_TOKENS)) for r in requests[:count]]
 
 
+def windowed_throughput(runs: list[LevelRun], slo_ms: dict | None) -> dict:
+    """Windowed passes' throughput, what the server delivered while their windows were open:
+
+    request_throughput     = requests completed in the windows / their seconds
+    output_throughput      = output tokens that arrived in the windows / their seconds
+    total_token_throughput = (prompt tokens of those completed + those output tokens) / seconds
+    request_goodput        = request_throughput x the share of counted requests within the SLO
+
+    (counted requests / window would be the rate they were sent at, which an overloaded open
+    loop keeps up whatever the server completes). {} for whole passes."""
+    windows = [run.window for run in runs if run.window is not None]
+    if not windows:
+        return {}
+    seconds = sum(w.seconds for w in windows)
+    completed = sum(w.completed for w in windows)
+    output = sum(w.output_tokens for w in windows)
+    counted = [s.result for run in runs for s in run.results]
+    met = sum(meets_slo(r, slo_ms) for r in counted) / len(counted) if slo_ms and counted else None
+    return {
+        "request_throughput": completed / seconds,
+        "output_throughput": output / seconds,
+        "total_token_throughput": (sum(w.completed_prompt_tokens for w in windows) + output) / seconds,
+        "request_goodput": completed / seconds * met if met is not None else None,
+    }
+
+
 def repeat_summary(
     run: LevelRun,
     requests: list[LoadRequest],
@@ -178,9 +205,11 @@ def repeat_summary(
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             "checks": validity_checks(run, requests, tokenizer, prefix_caching, client_cost),
             "window": run.window.to_json() if run.window else None,
+            **windowed_throughput([run], slo_ms),
             "metrics_series": run.metrics.samples,
             "time_totals": pass_totals(run.metrics, finished),
             "requests": records,
+            "uncounted_requests": uncounted_records(run),
             **queue_figures(records),
         }
     )
@@ -211,6 +240,28 @@ def request_records(run: LevelRun) -> list[dict]:
     if timing is not None:
         for record, *fields in zip(records, timing["scheduled_s"], timing["send_lag_s"], timing["client_queue_s"]):
             record.update(zip(("scheduled_s", "send_lag_s", "client_queue_s"), fields))
+    return records
+
+
+def uncounted_records(run: LevelRun) -> list[dict]:
+    """A windowed pass's requests that finished uncounted (sent in the ramp, the hold or the
+    drain), recorded as the counted ones are: the server held their KV blocks and timed them
+    too (kv_validation, the time split). [] for a whole pass."""
+    if run.window is None:
+        return []
+    counted = {id(s) for s in run.results}
+    records = []
+    for streamed in run.window.finished:
+        if id(streamed) in counted:
+            continue
+        record = {**streamed.result.to_json(), "sent_s": streamed.sent_at - run.started}
+        if streamed.scheduled_s is not None:
+            record.update(
+                scheduled_s=streamed.scheduled_s,
+                send_lag_s=streamed.ready_at - (run.started + streamed.scheduled_s),
+                client_queue_s=streamed.sent_at - streamed.ready_at,
+            )
+        records.append(record)
     return records
 
 
@@ -330,6 +381,7 @@ def summarize_level(
             "time_breakdown": time_split,
             "checks": [*worst_checks(repeats), repeats_agree(repeats), *([time_split["check"]] if time_split else [])],
             "repeats": repeats,
+            **windowed_throughput(runs, slo_ms),
         }
     )
     return summary
@@ -346,7 +398,7 @@ def expected_client_share(level: Level, requests: list[LoadRequest], client_cost
     return client_cost.load_share(rate, rate * mean_tokens)
 
 
-class SweepError(RuntimeError):
+class SweepError(UserError):
     """A level that could not be measured as configured: the message says why and what to change."""
 
 
@@ -430,6 +482,7 @@ def run_sweep(
                 api=level.api,
                 api_key=server.api_key,
                 scrape_metrics=server.metrics,
+                drain=True,  # every request vLLM timed among the results: the time split needs them
             )
         )
         check_alive(level, run.results)
@@ -467,7 +520,7 @@ def run_sweep(
                     processes=processes,
                 )
             runs[index].append(run)
-            summary = aggregate([s.result for s in run.results], run.duration_s)
+            summary = {**aggregate([s.result for s in run.results], run.duration_s), **windowed_throughput([run], None)}
             counted = f"{len(run.results)} of {run.window.sent} sent counted, " if run.window else ""
             progress(
                 f"repeat {repeat + 1}/{load['repeats']}, {level.label}: {counted}{summary['output_throughput']:.1f} "

@@ -52,7 +52,8 @@ class WindowRun:
     started: float  # perf_counter at the pass's start
     exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
     sent: int  # every request sent, those cancelled when the pass ended included
-    # Open loop: each counted request's send lag (sent less scheduled, seconds), in send order.
+    # Open loop: each counted request's send lag (when the client got to it less when it was
+    # scheduled, seconds; a wait for a free slot is not in it), in send order.
     counted_send_lags_s: list[float] | None = None
     client_cpu_s: float = 0.0  # this process's CPU seconds over the pass
 
@@ -171,20 +172,24 @@ async def closed_loop(client, model: str, supply: Iterator[LoadRequest], concurr
 async def open_loop(
     client, model: str, supply: Iterator[LoadRequest], offsets: list[float], state: _Pass, api: str, cap: int | None
 ):
-    """The supply's requests sent at `started` + each offset, at most `cap` in flight where it
-    is given (vLLM's --max-concurrency: a request whose time came waits for a free slot), until
-    the pass is done. A request counts if the window is open when it is sent, not when its
-    time came."""
+    """Requests sent at `started` + each offset, at most `cap` in flight where it is given
+    (vLLM's --max-concurrency: a request whose time came waits for a free slot), until the pass
+    is done. A request is drawn from the supply, and counted if the window is open, when it is
+    sent, not when its time came, so that a queue in the client does not use up the supply."""
     tasks = []
     gate = asyncio.Semaphore(cap) if cap is not None else contextlib.nullcontext()
 
-    async def send(request, offset):
+    async def send(offset):
         ready = time.perf_counter()
         async with gate:
             if not state.sending():
                 return
+            request = next(supply, None)
+            if request is None:
+                state.stop_sending()
+                return
             index = state.on_send()
-            state.send_lag[index] = ready - (state.started + offset)
+            state.send_lag[index] = ready - (state.started + offset)  # the client late to its schedule
             streamed = await stream_request(client, model, request, api)
         streamed.ready_at, streamed.scheduled_s = ready, offset
         state.on_finish(index, streamed)
@@ -194,11 +199,8 @@ async def open_loop(
             await asyncio.sleep(max(0.0, state.started + offset - time.perf_counter()))
             if not state.sending():
                 return
-            request = next(supply, None)
-            if request is None:
-                break
-            tasks.append(asyncio.ensure_future(send(request, offset)))
-        state.stop_sending()  # the schedule or the supply ran out
+            tasks.append(asyncio.ensure_future(send(offset)))
+        state.stop_sending()  # the schedule ran out
 
     tasks.append(asyncio.ensure_future(dispatch()))
     await state.done.wait()
@@ -228,10 +230,14 @@ async def run_window(
     api: str = "completions",
     api_key: str | None = None,
     scrape_metrics: bool = True,
+    drain: bool = False,
 ) -> WindowRun:
     """One windowed pass from one client process: closed loop (`arrivals` None: `concurrency`
     in flight) or open loop (requests sent on `arrivals`, at most `concurrency` in flight where
-    it is given). A request is held to `timeout_s`, so the hold after the window ends within it."""
+    it is given, the ramp then lasting as many completions). A request is held to `timeout_s`,
+    so the hold after the window ends within it. Once the last counted request has finished,
+    nothing more is sent, and what is in flight is cancelled, or with `drain` left to finish
+    (uncounted), so that every request the server timed is among the results."""
     if concurrency is None and arrivals is None:
         raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals)")
     client = openai_client(base_url, timeout_s, api_key)
@@ -240,16 +246,16 @@ async def run_window(
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
             cpu_started = time.process_time()
+            state = _Pass(window, concurrency or 1, started)
             if arrivals is None:
-                state = _Pass(window, concurrency, started)
                 tasks = await closed_loop(client, model, supply, concurrency, state, api)
             else:
-                state = _Pass(window, 1, started)
                 tasks = await open_loop(client, model, supply, offsets, state, api, concurrency)
             ended = state.now()
             cpu_s = time.process_time() - cpu_started
-            for task in tasks:
-                task.cancel()
+            if not drain:
+                for task in tasks:
+                    task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
     finally:
@@ -270,11 +276,33 @@ async def run_window(
     )
 
 
+def window_output(run: WindowRun) -> tuple[int, int, float]:
+    """What the server delivered while the window was open, from every request of the pass
+    (counted or not): the requests that completed in it, their prompt tokens, and the output
+    tokens that arrived in it (a request's `usage` tokens spread evenly over its chunks, each
+    chunk at its arrival: sent + TTFT, then each ITL gap)."""
+    start, end = run.started + run.opened_s, run.started + run.closed_s
+    completed = prompt_tokens = 0
+    tokens = 0.0
+    for streamed in run.results:
+        result = streamed.result
+        if not result.success:
+            continue
+        if start <= streamed.sent_at + result.e2el < end:
+            completed += 1
+            prompt_tokens += result.prompt_tokens
+        chunks = list(itertools.accumulate(result.itl, initial=streamed.sent_at + result.ttft))
+        tokens += sum(start <= t < end for t in chunks) * result.output_tokens / len(chunks)
+    return completed, prompt_tokens, tokens
+
+
 def level_run(run: WindowRun) -> LevelRun:
-    """A windowed pass as a serving level's pass: its counted requests over its window (so
-    throughput is the window's completion rate), the client's CPU seconds at the pass's own
-    rate over the window, the whole pass in `window`."""
+    """A windowed pass as a serving level's pass: its counted requests, over its window, the
+    client's CPU seconds at the pass's own rate over the window, the whole pass in `window`
+    with what the server delivered while the window was open (window_output), the level's
+    throughput."""
     counted = run.counted_results
+    completed, prompt_tokens, output_tokens = window_output(run)
     return LevelRun(
         results=counted,
         duration_s=run.window_s,
@@ -282,8 +310,11 @@ def level_run(run: WindowRun) -> LevelRun:
         client_cpu_s=run.client_cpu_s * run.window_s / run.ended_s if run.ended_s else 0.0,
         scheduled=[s.scheduled_s for s in counted] if run.counted_send_lags_s is not None else [],
         started=run.started,
-        window=PassWindow(run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted),
-    )
+        window=PassWindow(
+            run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
+            completed, prompt_tokens, output_tokens,
+        ),
+    )  # fmt: skip
 
 
 class RequestSupply:

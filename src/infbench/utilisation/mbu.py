@@ -85,14 +85,21 @@ def kv_tokens(requests: list[dict]) -> float | None:
 
 
 def mean_running(level: dict) -> float | None:
-    """The running-requests gauge averaged over the scrapes inside each pass at which anything ran
-    (TPOT is a rate while decoding, so the gauge is taken while decoding too; none where the
-    server publishes no /metrics)."""
+    """The running-requests gauge averaged over the scrapes inside each pass's measured span (a
+    windowed pass: its window; else the whole pass) at which anything ran (TPOT is a rate while
+    decoding, so the gauge is taken while decoding too; none where the server publishes no
+    /metrics)."""
+
+    def span(repeat: dict) -> tuple[float, float]:
+        window = repeat.get("window")
+        return (window["opened_s"], window["closed_s"]) if window else (0.0, repeat["duration"])
+
     values = [
         sample["vllm:num_requests_running"]
         for repeat in level["repeats"]
+        for start, end in [span(repeat)]
         for sample in repeat.get("metrics_series", [])
-        if 0 <= sample["t"] <= repeat["duration"] and sample.get("vllm:num_requests_running", 0) >= 1
+        if start <= sample["t"] <= end and sample.get("vllm:num_requests_running", 0) >= 1
     ]
     return sum(values) / len(values) if values else None
 
