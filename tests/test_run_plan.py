@@ -31,7 +31,7 @@ def test_the_plan_follows_the_config_and_an_earlier_runs_latencies(tmp_path):
         ]
     }  # fmt: skip
     plans = {plan.what: plan for plan in serving_plan(config, earlier)}
-    assert set(plans) == {"concurrency 1", "concurrency 4", "concurrency 16", "rate 2.0 req/s", "chat, concurrency 4"}
+    assert set(plans) == {"concurrency 1", "concurrency 4", "concurrency 16", "rate 2.0 req/s"}
     assert plans["concurrency 1"].expected_s == pytest.approx(2.5 + 8 / 0.4 + 2.5)  # 8 requests a window
     assert plans["concurrency 4"].expected_s is None and plans["concurrency 4"].floor_s == 5
     longer = copy.deepcopy(config)
