@@ -1,12 +1,17 @@
 """The serving levels' steady-state windows, the sweep run on the reference server (a known
 token schedule): a closed-loop or fixed-rate pass counts only the distinct requests sent in its
 window, holds the load until they finish and takes throughput over the window; a pool that
-runs out says so."""
+runs out says so. The reference-server passes take real time (5-10 s each): they run with the
+slow group, the pure window arithmetic with the fast one."""
 
 import pytest
 
+from infbench.core.metrics import RequestResult
+from infbench.engines.server_metrics import MetricsSeries
+from infbench.serving.client import StreamedResult
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.sweep import SweepError, run_sweep
+from infbench.serving.window import WindowRun, window_output
 
 
 def rows(count: int) -> list[dict]:
@@ -55,6 +60,7 @@ def check(repeat: dict, name: str) -> dict:
     return next(c for c in repeat["checks"] if c["name"] == name)
 
 
+@pytest.mark.slow
 def test_a_level_counts_the_distinct_requests_of_its_window_and_takes_throughput_over_it(tmp_path):
     with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
         closed, rate = sweep(server, rows(1000))
@@ -81,6 +87,7 @@ def test_a_level_counts_the_distinct_requests_of_its_window_and_takes_throughput
     assert 15.0 < rate["offered_request_rate"] < 27.0 and 15.0 < rate["achieved_request_rate"] < 27.0
 
 
+@pytest.mark.slow
 def test_an_overloaded_rate_reports_what_the_server_completed_not_what_was_sent(tmp_path):
     # 8 slots of 0.11 s serve about 70 req/s; 200 req/s are sent, uncapped, and queue.
     with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
@@ -92,6 +99,7 @@ def test_an_overloaded_rate_reports_what_the_server_completed_not_what_was_sent(
     assert check(repeat, "achieved_vs_offered_rate")["status"] == "warn"
 
 
+@pytest.mark.slow
 def test_a_rate_level_capped_in_flight_counts_requests_when_sent_and_records_their_wait(tmp_path):
     # 40 req/s against 2 slots of 0.11 s each: at most 18 req/s get out, the rest wait.
     with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
@@ -103,6 +111,34 @@ def test_a_rate_level_capped_in_flight_counts_requests_when_sent_and_records_the
     assert check(repeat, "client_queue")["status"] == "warn"
 
 
+@pytest.mark.slow
+def test_a_capped_rate_draws_a_request_when_it_is_sent_so_its_queue_does_not_use_up_the_pool(tmp_path):
+    # 40 req/s against 2 slots (about 18 req/s): 30 rows last a pass drawn at send, not at the
+    # schedule's pace; the ramp lasts as many completions as the cap.
+    with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
+        (rate,) = sweep(
+            server, rows(30), concurrency=[], request_rates=[40.0], max_concurrency=2, repeats=1, window_requests=8
+        )
+    (repeat,) = rate["repeats"]
+    assert check(repeat, "steady_window")["status"] == "pass" and repeat["window"]["sent"] < 30
+    ends = sorted(r["sent_s"] + r["e2el"] for r in repeat["requests"] + repeat["uncounted_requests"])
+    assert ends[1] - 1e-6 <= repeat["window"]["opened_s"]  # not before the second completion
+
+
+def test_the_window_output_counts_completions_and_spreads_tokens_over_chunks_inside_it():
+    def streamed(sent, ttft, itl, tokens):
+        result = RequestResult("r", 2, tokens, ttft, ttft + sum(itl), itl)
+        return StreamedResult(result, "", sent)
+
+    # Window [1.0, 2.0) s from a start at 100. A: chunks at 0.5, 1.0, 1.5 (2 of 3 inside, 6
+    # tokens: 4 in), completes at 1.5 (in). B: chunks at 1.8, 2.0 (1 of 2 inside, 2 tokens: 1),
+    # completes at 2.0 (the window's end: out). C: done before the window opened.
+    results = [streamed(100.2, 0.3, [0.5, 0.5], 6), streamed(101.5, 0.3, [0.2], 2), streamed(100.0, 0.1, [0.1], 2)]
+    run = WindowRun(results, [True, True, False], 1.0, 2.0, 2.5, MetricsSeries(), 100.0, False, 3)
+    assert window_output(run) == (1, 2, pytest.approx(4 + 1))
+
+
+@pytest.mark.slow
 def test_a_pool_that_runs_out_fails_the_steady_window_check_or_stops_the_stage(tmp_path):
     with ReferenceServer("m", tmp_path / "server.log", SCHEDULE) as server:
         # 30 rows: the ramp's 4, then the window's 20 and more: the pool ends inside the pass.

@@ -38,7 +38,7 @@ from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LoadRequest, load_request
-from infbench.serving.window import RequestSupply, Window, WindowRun, run_window
+from infbench.serving.window import RequestSupply, Window, WindowRun, run_window, window_output
 
 # An open-loop pass whose server completed requests during the window at under this share of
 # the rate they were sent at is clearly saturated: its queue grows without bound.
@@ -109,12 +109,15 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     counted = [s.result for s in run.counted_results]
     window = run.window_s
     summary = aggregate(counted, window or run.ended_s)
+    # Throughput is what the server delivered in the window, as at the serving levels: an
+    # overloaded open loop's counted requests / window is only the rate they were sent at.
+    completed, _, output_tokens = window_output(run) if window else (0, 0, 0.0)
     series = run.metrics
     in_window = run.window_samples()
     running = [s["vllm:num_requests_running"] for s in in_window if "vllm:num_requests_running" in s]
     preemptions = series.first_last("vllm:num_preemptions_total")
     sent_rate = len(counted) / window if window else None
-    completed_rate = run.completed_in_window() / window if window else None
+    completed_rate = completed / window if window else None
     behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
     growing = open_loop and queue_growing(run)
     growth = send_lag_growth_s(run) if open_loop else None
@@ -126,8 +129,8 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "met_slo": sum(meets_slo(r, slo_ms) for r in counted),
         "failed": summary["failed"],
         "duration_s": run.ended_s,
-        "output_throughput": summary["output_throughput"],
-        "request_throughput": summary["request_throughput"],
+        "output_throughput": output_tokens / window if window else 0.0,
+        "request_throughput": completed_rate or 0.0,
         "median_ttft_ms": summary["median_ttft_ms"],
         "p99_ttft_ms": summary["p99_ttft_ms"],
         "median_tpot_ms": summary["median_tpot_ms"],
@@ -235,7 +238,8 @@ def kv_limit_agreement(measured: float, requests: list[LoadRequest], kv: dict, p
                                        request (usage at least 1 - L / U, the binding limit's
                                        rule), and no request holds more than L blocks
         at most   floor(U / S)         no running request holds fewer blocks than its prompt
-                                       fills (prompts prefilled whole, no blocks shared)
+                                       fills (prompts prefilled whole, which one the step's
+                                       token budget cuts short is not; no blocks shared)
 
     and the simulator's prediction (`predicted`, requests at their peak footprint in the
     probe's order) beside them. Outside them the pool the server ran is not the one it
@@ -462,8 +466,11 @@ def search_capacity(
     ]
     probes = searchers[0]
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
-    requests = [load_request(r, 0) for r in probes.supply.rows]  # in the order the probes draw them
-    predicted = predicted_kv_concurrency(requests, kv, max_model_len) if kv else None
+    # The prediction in the order the first search draws its rows; the KV classification and
+    # the KV-limit bounds over the whole pool, which every search draws from.
+    drawn = [load_request(r, 0) for r in probes.supply.rows]
+    predicted = predicted_kv_concurrency(drawn, kv, max_model_len) if kv else None
+    pool_requests = [load_request(r, 0) for r in pool]
     kv_full_usage = 1.0
     if kv:
         largest = max(blocks_for(r["prompt_tokens"] + r["max_tokens"], kv["block_size"]) for r in pool)
@@ -483,7 +490,7 @@ def search_capacity(
             limit = binding_limit(by_load[where], kv_full_usage=kv_full_usage, max_num_seqs=max_num_seqs)
         record["binding"] = {"at": where, **limit}
         record["kv_limit"] = (
-            kv_limit_agreement(by_load[where]["peak_num_requests_running"], requests, kv, predicted["value"])
+            kv_limit_agreement(by_load[where]["peak_num_requests_running"], pool_requests, kv, predicted["value"])
             if mode == "concurrency" and predicted and limit["limit"] == "kv_memory"
             else None
         )

@@ -5,11 +5,12 @@ time every measured stage took in that run (its `benchmarks/` records).
 
 A windowed pass (serving/window.py) lasts about
 
-    ramp + window + hold = e2e + max(window_s, window_requests / request throughput) + e2e
+    ramp + window + hold (+ drain) = e2e + max(window_s, window_requests / request throughput) + e2e (+ e2e)
 
-the ramp ending after about one latency (as many completions as requests in flight) and the
-hold after the last counted request's latency. A level of a run never measured here has no
-latency to go by: only its floor, window_s, is known.
+the ramp ending after about one latency (as many completions as requests in flight), the hold
+after the last counted request's latency, and a serving level's drain (its in-flight requests
+finishing uncounted) after about one more; a capacity probe does not drain. A level of a run
+never measured here has no latency to go by: only its floor, window_s, is known.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ class PassPlan:
     up_to: bool = False  # `passes` is the most there can be (a search stops when decided)
 
 
-def pass_seconds(window_s: float, window_requests: int, request_throughput: float, e2el_s: float) -> float:
-    """Ramp + window + hold of one windowed pass (the formula above)."""
-    return e2el_s + max(window_s, window_requests / request_throughput) + e2el_s
+def pass_seconds(
+    window_s: float, window_requests: int, request_throughput: float, e2el_s: float, drain: bool = False
+) -> float:
+    """Ramp + window + hold (+ drain) of one windowed pass (the formula above)."""
+    return e2el_s + max(window_s, window_requests / request_throughput) + e2el_s + (e2el_s if drain else 0.0)
 
 
 def level_key(level: dict) -> tuple:
@@ -52,11 +55,14 @@ def serving_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
     the trace's own span: planned only from an earlier run's."""
     load = config["load"]
     measured = {level_key(level): level for level in (earlier or {}).get("levels", [])}
+    traced = config["workload"]["source"] == "trace"
     plans = [
         PassPlan("serve", f"trace x{level['trace_scale']:g}", load["repeats"], 0.0, per_pass(level))
         for level in (earlier or {}).get("levels", [])
-        if level["mode"] == "trace" and config["workload"]["source"] == "trace"
+        if level["mode"] == "trace" and traced
     ]
+    if traced and not plans:
+        plans.append(PassPlan("serve", f"trace levels x{load['trace_scales']}", load["repeats"], 0.0, None))
     for level in configured_levels(load, config["workload"]["api"]):
         key = (level.api, level.mode, level.concurrency, level.arrivals.rate if level.arrivals else "inf")
         before = measured.get(key)
@@ -68,6 +74,7 @@ def serving_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
                     load["window_requests"],
                     before["request_throughput"],
                     before["median_e2el_ms"] / 1000,
+                    drain=True,
                 )
                 if before and before["request_throughput"]
                 else None

@@ -1,22 +1,23 @@
 """A pass measured in a steady-state window: the load is held from the first request to the
 last counted one, and only requests that lived their whole life under that load are counted.
 
-    ramp      closed loop: until c requests have completed, about one mean latency at c in
-              flight (Little's law), by when the slots have turned over at staggered times;
-              not until the opening wave's slowest request, which at a long-tailed output
-              length costs several median latencies a pass. Open loop: until the first
-              request has completed (after about one latency the requests in flight reach
-              rate x latency, Little's law)
+    ramp      until as many requests have completed as the pass keeps in flight: c for a
+              closed loop (about one mean latency at c in flight, Little's law, by when the
+              slots have turned over at staggered times; not until the opening wave's slowest
+              request, which at a long-tailed output length costs several median latencies a
+              pass), or an open loop's cap; one for an uncapped open loop (after about one
+              latency the requests in flight reach rate x latency, Little's law)
     window    opens when the ramp ends and closes `seconds` later, or once `min_requests`
               requests were sent in it, whichever is later
     counted   the requests sent while the window was open
     hold      after the window closes, slots are refilled (closed loop) or the schedule goes on
-              (open loop) until every counted request has finished; then whatever is still in
-              flight is cancelled and not counted
+              (open loop) until every counted request has finished; then nothing more is sent,
+              and whatever is still in flight is cancelled, or with `drain` finishes, uncounted
 
-Throughput is taken over the window: counted requests (and their output tokens) / window
-length, which in steady state is the completion rate. Requests come from a supply of distinct
-requests; one that runs dry ends sending (`exhausted`) and is reported, never cycled.
+What the server delivered while the window was open (window_output: the requests of the pass
+that completed in it, the output tokens that arrived in it) over its length is the pass's
+throughput. Requests come from a supply of distinct requests, drawn when sent; one that runs
+dry ends sending and is reported (`exhausted`), never cycled.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class WindowRun:
     ended_s: float  # the pass's end: the last counted request finished (or sending stopped)
     metrics: MetricsSeries
     started: float  # perf_counter at the pass's start
-    exhausted: bool  # the supply (or schedule) ran out before the window had its time and its requests
+    exhausted: bool  # the supply (or schedule) ran out before the last counted request finished (cut short)
     sent: int  # every request sent, those cancelled when the pass ended included
     # Open loop: each counted request's send lag (when the client got to it less when it was
     # scheduled, seconds; a wait for a free slot is not in it), in send order.
@@ -70,13 +71,6 @@ class WindowRun:
         if not self.window_s:
             return []
         return [s for s in self.metrics.samples if self.opened_s <= s["t"] <= self.closed_s]
-
-    def completed_in_window(self) -> int:
-        """Requests of the pass (counted or not) that finished while the window was open."""
-        if not self.window_s:
-            return 0
-        start, end = self.started + self.opened_s, self.started + self.closed_s
-        return sum(1 for r in self.results if r.result.success and start <= r.sent_at + r.result.e2el < end)
 
 
 class _Pass:
@@ -202,9 +196,10 @@ async def open_loop(
             tasks.append(asyncio.ensure_future(send(offset)))
         state.stop_sending()  # the schedule ran out
 
-    tasks.append(asyncio.ensure_future(dispatch()))
+    dispatcher = asyncio.ensure_future(dispatch())
     await state.done.wait()
-    return tasks
+    dispatcher.cancel()  # nothing more is sent: no wait for its sleep to the next send time
+    return [dispatcher, *tasks]
 
 
 def open_loop_offsets(arrivals: Arrivals | TraceArrivals, window: Window, seed: int, hold_s: float) -> list[float]:
