@@ -9,7 +9,6 @@ import json
 import threading
 import time
 
-import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse, StreamingResponse
@@ -111,10 +110,13 @@ def test_a_slow_scrape_during_a_level_does_not_shift_the_streams_timestamps():
     for streamed in run.results:
         result = streamed.result
         assert result.success and result.output_tokens == 8
-        # A scrape on the timing loop would delay a chunk's timestamp by up to SLOW_SCRAPE_S.
-        assert result.ttft == pytest.approx(FIRST_TOKEN_S, abs=0.1)
-        assert max(result.itl) < TOKEN_GAP_S + 0.1
-        assert result.e2el == pytest.approx(FIRST_TOKEN_S + 7 * TOKEN_GAP_S, abs=0.15)
+        # A scrape on the timing loop would delay a chunk's timestamp by up to SLOW_SCRAPE_S; a
+        # busy machine adds its own delay (0.21 s to a first token once, in a slow hour): the
+        # bound is half a scrape.
+        slack = SLOW_SCRAPE_S / 2
+        assert FIRST_TOKEN_S - 0.05 <= result.ttft < FIRST_TOKEN_S + slack
+        assert max(result.itl) < TOKEN_GAP_S + slack
+        assert FIRST_TOKEN_S + 7 * TOKEN_GAP_S - 0.05 <= result.e2el < FIRST_TOKEN_S + 7 * TOKEN_GAP_S + slack
 
 
 def test_counter_deltas_include_the_first_and_last_moments_of_a_level():
