@@ -447,6 +447,16 @@ def run_sweep(
                 f"its log:\n{server.log_tail()}"
             )
 
+    def how(level: Level) -> dict:
+        """What every pass of a level is sent and scraped with, whole or windowed."""
+        return {
+            "interval_s": load["metrics_interval_s"],
+            "timeout_s": timeout_s,
+            "api": level.api,
+            "api_key": server.api_key,
+            "scrape_metrics": server.metrics,
+        }
+
     def whole_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed, processes=1):
         run = asyncio.run(
             run_level(
@@ -456,11 +466,7 @@ def run_sweep(
                 concurrency=concurrency,
                 arrivals=arrivals,
                 seed=pass_seed,
-                interval_s=load["metrics_interval_s"],
-                timeout_s=timeout_s,
-                api=level.api,
-                api_key=server.api_key,
-                scrape_metrics=server.metrics,
+                **how(level),
                 processes=processes,
             )
         )
@@ -477,11 +483,7 @@ def run_sweep(
                 concurrency=level.concurrency,
                 arrivals=level.arrivals,
                 seed=pass_seed,
-                interval_s=load["metrics_interval_s"],
-                timeout_s=timeout_s,
-                api=level.api,
-                api_key=server.api_key,
-                scrape_metrics=server.metrics,
+                **how(level),
                 drain=True,  # every request vLLM timed among the results: the time split needs them
             )
         )
