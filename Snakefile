@@ -36,6 +36,16 @@ include: "workflow/rules/utilisation.smk"
 include: "workflow/rules/report.smk"
 
 
+# The serving stages share one server per engine configuration (infbench.engines.shared_server):
+# stop what is still up as the run ends, not after its idle time.
+onsuccess:
+    stop_shared_servers()
+
+
+onerror:
+    stop_shared_servers()
+
+
 rule all:
     input:
         final_outputs(),

@@ -22,7 +22,8 @@ def main(stage):
     tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
     workload = read_jsonl(stage.input.workload)
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
-    server = measured_server(spec, params.server["external"], stage.log.server)
+    # A fresh server: the study's request below is its first, cold one.
+    server = measured_server(spec, params.server["external"], stage.log.server, "serve", fresh=True)
     endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
     notes = []
     trace = workload_trace(workload)

@@ -15,7 +15,7 @@ def main(stage):
     workload = read_jsonl(stage.input.workload)
     pool = read_jsonl(stage.input.pool)
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
-    server = measured_server(spec, params.server["external"], stage.log.server)
+    server = measured_server(spec, params.server["external"], stage.log.server, "slo_capacity")
     external = isinstance(server, ExternalEndpoint)
     # Read before the server starts: importing vLLM's defaults takes seconds of CPU.
     max_num_seqs = None if external else server_max_num_seqs(params.engine)

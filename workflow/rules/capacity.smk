@@ -3,7 +3,7 @@
 
 rule slo_capacity:
     """The most requests in flight (and the highest rate) served within the SLO, by bracketing
-    and bisection on its own server, the search seeded by the KV simulator's prediction."""
+    and bisection on the run's shared server (or one it starts), the search seeded by the KV simulator's prediction."""
     output:
         report(
             "results/{model}/slo_capacity.json",
@@ -31,6 +31,9 @@ rule slo_capacity:
             wildcards, "hardware", "engine", "server", "capacity", "cost", "seed"
         ),
     threads: config["hardware"]["threads"]
+    # serve, client_fidelity and slo_capacity run one after another on one server
+    # (infbench/engines/shared_server.py): ready together, these go first.
+    priority: 1
     resources:
         bench_slot=1,
         gpu=GPUS,

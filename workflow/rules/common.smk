@@ -38,6 +38,14 @@ MEASURED_BENCHMARK = {
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
 
 
+def stop_shared_servers():
+    """Stop the servers this run's serving stages shared (imported here: the no-change rerun
+    need not import the server code)."""
+    from infbench.engines.shared_server import stop_all
+
+    stop_all()
+
+
 def repository_file(*parts):
     """A file of this repository as an input, relative to the working directory (absolute
     paths would make results and .snakemake metadata rerun everything once a finished

@@ -1,10 +1,11 @@
-# The OpenAI-compatible server under load, and the stages that start servers of their own:
-# client fidelity, tuning and prefix caching.
+# The OpenAI-compatible server under load and client fidelity (on one server shared with the SLO
+# capacity search, infbench/engines/shared_server.py), and the stages that start servers of
+# their own: tuning and prefix caching.
 
 
 rule serve:
-    """The client's ceiling calibrated on the reference server; vLLM's OpenAI-compatible server,
-    started, measured under load, and stopped by this rule."""
+    """The client's ceiling calibrated on the reference server; vLLM's OpenAI-compatible server
+    measured under load: a fresh one, shared then with client fidelity and the capacity search."""
     output:
         server=report(
             "results/{model}/server.json",
@@ -33,6 +34,9 @@ rule serve:
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "load", "seed"),
     threads: config["hardware"]["threads"]
+    # serve, client_fidelity and slo_capacity run one after another on one server
+    # (infbench/engines/shared_server.py): ready together, these go first.
+    priority: 1
     resources:
         bench_slot=1,
         gpu=GPUS,
@@ -79,6 +83,9 @@ rule client_fidelity:
             wildcards, "hardware", "engine", "server", "client_fidelity", "seed"
         ),
     threads: config["hardware"]["threads"]
+    # serve, client_fidelity and slo_capacity run one after another on one server
+    # (infbench/engines/shared_server.py): ready together, these go first.
+    priority: 1
     resources:
         bench_slot=1,
         gpu=GPUS,

@@ -12,7 +12,8 @@ from urllib.parse import urlparse
 import httpx
 
 from infbench.core.errors import UserError
-from infbench.engines.servers import ServerSpec, start_server
+from infbench.engines.servers import ServerSpec
+from infbench.engines.shared_server import SharedServer
 
 
 class EndpointError(UserError):
@@ -89,8 +90,9 @@ class ExternalEndpoint:
         pass
 
 
-def measured_server(spec: ServerSpec, external: dict | None, log_path: str | Path):
-    """The endpoint given in server.external, or a server of `spec`; not yet entered."""
+def measured_server(spec: ServerSpec, external: dict | None, log_path: str | Path, stage: str, fresh: bool = False):
+    """The endpoint given in server.external, or the run's shared server of `spec` (a fresh one
+    with `fresh`); not yet entered."""
     if external:
         return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
-    return start_server(spec, log_path)
+    return SharedServer(spec, log_path, stage, fresh=fresh)
