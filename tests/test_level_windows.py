@@ -8,7 +8,8 @@ import pytest
 
 from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsSeries
-from infbench.serving.client import StreamedResult
+from infbench.serving.client import LevelRun, PassWindow, StreamedResult
+from infbench.serving.level_checks import saturation_check
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.sweep import SweepError, run_sweep
 from infbench.serving.window import WindowRun, window_output
@@ -150,3 +151,34 @@ def test_a_pool_that_runs_out_fails_the_steady_window_check_or_stops_the_stage(t
         # 4 rows: the ramp uses them all, and nothing is counted.
         with pytest.raises(SweepError, match="raise workload.pool_requests"):
             sweep(server, rows(4), request_rates=[], repeats=1)
+
+
+def windowed_rate_pass(counted: int, completed: int, waiting: list[float]) -> LevelRun:
+    """An open-loop pass with a window of 8 s: `counted` requests sent in it, `completed`
+    completed in it, and the server's waiting requests at evenly spaced scrapes."""
+    samples = [{"t": 8 * (i + 0.5) / len(waiting), "vllm:num_requests_waiting": w} for i, w in enumerate(waiting)]
+    window = PassWindow(
+        opened_s=0.0,
+        closed_s=8.0,
+        ended_s=14.0,
+        sent=counted + 4,
+        finished=[],
+        cut_short=False,
+        completed=completed,
+        completed_prompt_tokens=0,
+        output_tokens=0.0,
+    )
+    return LevelRun([None] * counted, 8.0, MetricsSeries(samples), 0.0, [0.0] * counted, 0.0, window=window)
+
+
+def test_the_saturation_check_is_the_capacity_searchs_rule_not_a_few_requests_spread():
+    rates = {"offered": 1.2, "sent": 1.3, "achieved": 0.8}
+    # 10 sent in the window, 6 completed in it, nothing waiting: a server that keeps up, whose
+    # completions of a few requests spread over their latencies (a 90 % rule warned here).
+    kept_up = saturation_check(windowed_rate_pass(10, 6, [0, 0, 0, 0, 0, 0]), rates)
+    assert kept_up["status"] == "pass" and kept_up["value"] == pytest.approx(0.6)
+    # Completions at under half the rate sent: saturated.
+    assert saturation_check(windowed_rate_pass(10, 4, [0] * 6), rates)["status"] == "warn"
+    # Completions keep pace but the queue grows: saturated, and it says so.
+    growing = saturation_check(windowed_rate_pass(10, 9, [0, 0, 1, 3, 4, 6]), rates)
+    assert growing["status"] == "warn" and "waiting in the server rose" in growing["detail"]

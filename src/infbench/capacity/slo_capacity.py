@@ -38,17 +38,19 @@ from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LoadRequest, load_request
-from infbench.serving.window import RequestSupply, Window, WindowRun, run_window, window_output
+from infbench.serving.window import (
+    SATURATED_SHARE,
+    RequestSupply,
+    Window,
+    WindowRun,
+    queue_growing,
+    run_window,
+    window_output,
+)
 
-# An open-loop pass whose server completed requests during the window at under this share of
-# the rate they were sent at is clearly saturated: its queue grows without bound.
-SATURATED_SHARE = 0.5
 # Open-loop windows last at least this many median E2E latencies (of the closed loop at its
 # capacity): long enough for a queue to build where the server cannot keep up.
 LONG_PASS = 10
-# Requests waiting, averaged over the second half of the window, above the first half's by
-# at least this many: the queue keeps growing.
-QUEUE_GROWTH = 1.0
 # An open-loop pass whose send lag grew over its window by more than this share of the window
 # (the median lag of the last tenth of its counted sends against the first tenth's) did not
 # offer its rate: the client sent at under about 90 % of it. A steady delay does not grow, and
@@ -63,17 +65,6 @@ class CapacityError(UserError):
 def pooled_latency(results, name: str, q: float) -> float | None:
     values = [getattr(r, name) for r in results if r.success and getattr(r, name) is not None]
     return percentile([v * MS for v in values], q) if values else None
-
-
-def queue_growing(run: WindowRun) -> bool:
-    """Requests waiting in the server rose over the window."""
-    samples = [s for s in run.window_samples() if "vllm:num_requests_waiting" in s]
-    if len(samples) < 4:
-        return False
-    half = len(samples) // 2
-    first = sum(s["vllm:num_requests_waiting"] for s in samples[:half]) / half
-    second = sum(s["vllm:num_requests_waiting"] for s in samples[half:]) / (len(samples) - half)
-    return second - first >= QUEUE_GROWTH
 
 
 def decision(met: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
@@ -119,7 +110,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     sent_rate = len(counted) / window if window else None
     completed_rate = completed / window if window else None
     behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
-    growing = open_loop and queue_growing(run)
+    growing = open_loop and queue_growing(in_window)
     growth = send_lag_growth_s(run) if open_loop else None
     return {
         "window_s": [run.opened_s, run.closed_s],

@@ -73,6 +73,26 @@ class WindowRun:
         return [s for s in self.metrics.samples if self.opened_s <= s["t"] <= self.closed_s]
 
 
+# The saturation rule, shared by the serving levels' check and the capacity search. An
+# open-loop pass whose server completed requests during the window at under this share of the
+# rate they were sent at is clearly saturated: its queue grows without bound.
+SATURATED_SHARE = 0.5
+# Requests waiting, averaged over the second half of the window's scrapes, above the first
+# half's by at least this many: the queue keeps growing.
+QUEUE_GROWTH = 1.0
+
+
+def queue_growing(samples: list[dict]) -> bool:
+    """Requests waiting in the server rose over these /metrics scrapes (at least 4)."""
+    samples = [s for s in samples if "vllm:num_requests_waiting" in s]
+    if len(samples) < 4:
+        return False
+    half = len(samples) // 2
+    first = sum(s["vllm:num_requests_waiting"] for s in samples[:half]) / half
+    second = sum(s["vllm:num_requests_waiting"] for s in samples[half:]) / (len(samples) - half)
+    return second - first >= QUEUE_GROWTH
+
+
 class _Pass:
     """The bookkeeping of one pass: what was sent, when the window opened and closed, and the
     counted requests still in flight."""
