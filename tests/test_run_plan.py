@@ -33,8 +33,8 @@ def test_the_plan_follows_the_config_and_an_earlier_runs_latencies(tmp_path):
     }  # fmt: skip
     plans = {plan.what: plan for plan in serving_plan(config, earlier)}
     assert set(plans) == {"concurrency 1", "concurrency 8", "rate 1.0 req/s"}
-    # Ramp, 8 requests a window at 0.4 req/s, hold and drain.
-    assert plans["concurrency 1"].expected_s == pytest.approx(2.5 + 8 / 0.4 + 2.5 + 2.5)
+    # Ramp, 4 requests a window at 0.4 req/s, hold and drain.
+    assert plans["concurrency 1"].expected_s == pytest.approx(2.5 + 4 / 0.4 + 2.5 + 2.5)
     assert plans["concurrency 8"].expected_s is None and plans["concurrency 8"].floor_s == 5
     longer = copy.deepcopy(config)
     longer["load"]["window_requests"] = 32
