@@ -31,9 +31,8 @@ rule slo_capacity:
             wildcards, "hardware", "engine", "server", "capacity", "cost", "seed"
         ),
     threads: config["hardware"]["threads"]
-    # serve, client_fidelity and slo_capacity run one after another on one server
-    # (infbench/engines/shared_server.py): ready together, these go first.
-    priority: 1
+    # One after another on one server, serve first (PRIORITY in common.smk).
+    priority: PRIORITY["slo_capacity"]
     resources:
         bench_slot=1,
         gpu=GPUS,

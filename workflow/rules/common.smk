@@ -36,6 +36,9 @@ MEASURED_BENCHMARK = {
     key: value for key, value in config["benchmark"].items() if key not in ("rounds", "agreement_threshold")
 }
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
+# The serving stages share one server (infbench/engines/shared_server.py) when they run one
+# after another, serve first: it starts the server fresh, for its cold study request.
+PRIORITY = {"serve": 3, "client_fidelity": 2, "slo_capacity": 1}
 
 
 def stop_shared_servers():

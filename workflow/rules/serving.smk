@@ -34,9 +34,8 @@ rule serve:
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "load", "seed"),
     threads: config["hardware"]["threads"]
-    # serve, client_fidelity and slo_capacity run one after another on one server
-    # (infbench/engines/shared_server.py): ready together, these go first.
-    priority: 1
+    # One after another on one server, serve first (PRIORITY in common.smk).
+    priority: PRIORITY["serve"]
     resources:
         bench_slot=1,
         gpu=GPUS,
@@ -83,9 +82,8 @@ rule client_fidelity:
             wildcards, "hardware", "engine", "server", "client_fidelity", "seed"
         ),
     threads: config["hardware"]["threads"]
-    # serve, client_fidelity and slo_capacity run one after another on one server
-    # (infbench/engines/shared_server.py): ready together, these go first.
-    priority: 1
+    # One after another on one server, serve first (PRIORITY in common.smk).
+    priority: PRIORITY["client_fidelity"]
     resources:
         bench_slot=1,
         gpu=GPUS,
