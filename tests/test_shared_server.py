@@ -6,8 +6,10 @@ fails the stage with its log, and leaves nothing running."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -15,7 +17,14 @@ import psutil
 import pytest
 
 from infbench.engines.servers import ServerSpec
-from infbench.engines.shared_server import SharedServer, read_state, registry_dir, stop_all
+from infbench.engines.shared_server import (
+    SharedServer,
+    read_state,
+    registry_dir,
+    server_key,
+    stop_all,
+    stop_idle,
+)
 from infbench.engines.vllm_server import ServerError, port_is_free
 from infbench.serving.reference_server import Schedule, reference_command
 
@@ -97,14 +106,22 @@ def test_stages_of_one_run_share_the_server_and_a_fresh_one_restarts_it(tmp_path
     fidelity_log = (tmp_path / "fidelity.log").read_text()
     assert "`client_fidelity` held it, from byte" in fidelity_log
     assert "reference server for" not in fidelity_log  # its own part only
-    # Another engine configuration is another server, up beside it.
+    # Another engine configuration is another server, and no idle one stays beside it.
     other = SPEC.with_engine(max_model_len=256)
     with ReferenceShared(other, tmp_path / "other.log", "slo_capacity", root=root) as third:
-        assert third.base_url != first.base_url and served(first.base_url)
+        assert third.base_url != first.base_url and served(third.base_url)
+        assert stopped(state) and port_is_free(state["port"])
+        other_state = read_state(registry_dir(other, run, root))
     # A stage that needs a fresh server stops the one that served others.
     with ReferenceShared(SPEC, tmp_path / "again.log", "serve", fresh=True, root=root) as fresh:
         assert fresh.base_url != first.base_url and fresh.startup_s > 0
-        assert stopped(state) and port_is_free(state["port"])
+        assert stopped(other_state) and port_is_free(other_state["port"])
+        restarted = read_state(registry_dir(SPEC, run, root))
+    # A fresh start stops a server that served others.
+    with ReferenceShared(SPEC, tmp_path / "fidelity2.log", "client_fidelity", root=root) as reused:
+        assert reused.base_url == fresh.base_url
+    with ReferenceShared(SPEC, tmp_path / "again2.log", "serve", fresh=True, root=root) as fresh:
+        assert stopped(restarted) and port_is_free(restarted["port"])
         restarted = read_state(registry_dir(SPEC, run, root))
     # The run ends: every server it started stops, its port is free, nothing is left.
     run.kill()
@@ -125,6 +142,33 @@ def test_an_unused_server_stops_after_the_idle_time_and_the_next_stage_starts_on
         later = read_state(registry_dir(SPEC, run, root))
     stop_all(root, anchor=run)  # the Snakefile's onsuccess / onerror
     assert stopped(later) and port_is_free(later["port"])
+
+
+def test_one_stage_at_a_time_other_stages_stop_it_and_a_failed_stage_stops_it(tmp_path, run, monkeypatch):
+    monkeypatch.setattr("infbench.engines.shared_server.run_anchor", lambda: run)
+    monkeypatch.chdir(tmp_path)  # stop_idle looks in the working directory's registry, as in a run
+    entered = threading.Event()
+
+    def second_stage():
+        with ReferenceShared(SPEC, tmp_path / "b.log", "slo_capacity"):
+            entered.set()
+
+    with ReferenceShared(SPEC, tmp_path / "a.log", "serve") as first:
+        state = read_state(first.folder)
+        waiting = threading.Thread(target=second_stage)
+        waiting.start()
+        assert not entered.wait(1.5), "a second stage measured the server while the first held it"
+    waiting.join(30)
+    assert entered.is_set() and not stopped(state)
+    stop_idle("slo_capacity")  # a stage that shares it leaves it up
+    stop_idle(None)  # outside Snakemake: nothing to stop
+    assert not stopped(state)
+    stop_idle("hf_baseline")  # any other stage stops it before it measures
+    assert stopped(state) and port_is_free(state["port"])
+    with pytest.raises(RuntimeError), ReferenceShared(SPEC, tmp_path / "c.log", "serve") as failing:
+        broken = read_state(failing.folder)
+        raise RuntimeError("the stage failed")
+    assert stopped(broken), "a failed stage left its server to the next"
 
 
 def test_a_stage_run_outside_snakemake_stops_its_server_on_leaving(tmp_path):
@@ -162,3 +206,14 @@ def test_the_pipelines_serving_stages_measured_one_server(tiny_run):
         if "infbench.engines.shared_server" in " ".join(p.info["cmdline"] or []) and p.info["cwd"] == str(tiny_run)
     ]
     assert not left, "a shared server outlived the run"
+
+
+def test_stages_that_name_the_model_folder_differently_share_one_key(tmp_path, monkeypatch):
+    """serve and slo_capacity pass the model folder relative to the run, client fidelity passes
+    it resolved: the same server either way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "resources/models/m").mkdir(parents=True)
+    relative = dataclasses.replace(SPEC, model_dir="resources/models/m")
+    absolute = dataclasses.replace(SPEC, model_dir=str(tmp_path / "resources/models/m"))
+    assert server_key(relative) == server_key(absolute)
+    assert server_key(relative) != server_key(relative.with_engine(max_model_len=256))

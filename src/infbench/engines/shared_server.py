@@ -25,6 +25,7 @@ run, so there each stage starts its own server, as before.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -43,6 +44,7 @@ from infbench.engines.settings import engine_env
 from infbench.engines.vllm_server import ServerError, VLLMServer, free_port, server_command
 
 REGISTRY = Path(".snakemake") / "shared-servers"
+SHARING_STAGES = frozenset({"serve", "client_fidelity", "slo_capacity"})
 IDLE_S = 30.0  # a free lease this long stops the server (Snakemake starts the next job in seconds)
 POLL_S = 0.5
 
@@ -74,7 +76,8 @@ def _alive(pid: int, created: float) -> bool:
 def server_key(spec: ServerSpec) -> str:
     """What makes two servers the same: the command without its port, the environment the
     engine gets, the host."""
-    command = server_command(spec.engine_args(), "127.0.0.1", 0, spec.served_name, spec.flags or None)
+    resolved = dataclasses.replace(spec, model_dir=os.path.realpath(spec.model_dir))  # stages pass it either way
+    command = server_command(resolved.engine_args(), "127.0.0.1", 0, spec.served_name, spec.flags or None)
     env = {**engine_env(spec.threads, spec.device), **spec.env}
     text = json.dumps({"command": command, "env": env, "host": socket.gethostname()}, sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
@@ -122,6 +125,9 @@ def _stop_supervisor(state: dict, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while _alive(pid, created) and time.monotonic() < deadline:
         time.sleep(0.2)
+    if _alive(pid, created):  # its server gets SIGTERM from the kernel when it dies
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 class SharedServer:
@@ -167,10 +173,16 @@ class SharedServer:
 
     def __enter__(self) -> SharedServer:
         self.folder.mkdir(parents=True, exist_ok=True)
+        stop_all(self.folder.parent.parent, self.anchor, keep=self.folder)  # other engines' servers
         with _locked(self.folder / "start.lock", fcntl.LOCK_EX):
+            # Exclusive: one stage measures the server at a time, whatever bench_slot allows,
+            # and a fresh start never stops a server another stage holds.
+            self._lease = open(self.folder / "lease", "a+")
+            fcntl.flock(self._lease, fcntl.LOCK_EX)
             state = read_state(self.folder)
-            if state and state["status"] == "ready" and self.fresh and state["stages"]:
-                print(f"stopping the server that served {', '.join(state['stages'])}: this stage needs a fresh one")
+            if state and state["status"] == "ready" and self.fresh:
+                served = ", ".join(state["stages"]) or "no stage"
+                print(f"stopping the server that served {served}: this stage needs a fresh one")
                 _stop_supervisor(state)
                 state = None
             if not (state and state["status"] == "ready"):
@@ -178,6 +190,7 @@ class SharedServer:
                     state = self._launch()
                 except BaseException:
                     self._copy_log()
+                    self._release()
                     raise
                 self.startup_s = state["startup_s"]
             else:
@@ -187,8 +200,6 @@ class SharedServer:
                     f"using the server {state['base_url']} started for {state['stages'][0]} "
                     f"({len(state['stages'])} stage(s) so far)"
                 )
-            self._lease = open(self.folder / "lease", "a+")
-            fcntl.flock(self._lease, fcntl.LOCK_SH)
             self.started_by = state["stages"][0] if state["stages"] else self.stage
             state["stages"].append(self.stage)
             _write_state(self.folder, state)
@@ -253,7 +264,12 @@ class SharedServer:
 
     def alive(self) -> bool:
         state = read_state(self.folder)
-        return bool(state and state["status"] == "ready" and psutil.pid_exists(state["server_pid"]))
+        if not (state and state["status"] == "ready"):
+            return False
+        try:
+            return psutil.Process(state["server_pid"]).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -261,17 +277,21 @@ class SharedServer:
         except (OSError, AttributeError):
             return "(no server log)"
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         try:
             self._copy_log()
         finally:
-            if self._lease is not None:
-                fcntl.flock(self._lease, fcntl.LOCK_UN)
-                self._lease.close()
-                self._lease = None
-            # Outside Snakemake nothing comes next: stop the server now.
-            if self.anchor.pid == os.getpid() and self._state:
+            self._release()
+            # Outside Snakemake nothing comes next, and a stage that failed may leave a broken
+            # server: stop it now.
+            if self._state and (self.anchor.pid == os.getpid() or exc_type is not None):
                 _stop_supervisor(self._state)
+
+    def _release(self) -> None:
+        if self._lease is not None:
+            fcntl.flock(self._lease, fcntl.LOCK_UN)
+            self._lease.close()
+            self._lease = None
 
     def _copy_log(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -289,14 +309,25 @@ class SharedServer:
         self.log_path.write_text(header + text)
 
 
-def stop_all(root: Path = REGISTRY, anchor: psutil.Process | None = None) -> None:
-    """Stop every shared server of this run (the Snakefile's onsuccess/onerror handlers)."""
+def stop_all(root: Path = REGISTRY, anchor: psutil.Process | None = None, keep: Path | None = None) -> None:
+    """Stop every shared server of this run, starting, ready or stopping, and wait until each
+    is gone; all but `keep` (a server's folder). Called by the Snakefile's onsuccess/onerror
+    handlers, by every other stage before it measures (core/stage.py: an idle server must not
+    share the machine with it), and by a shared stage for other engines' servers."""
     anchor = anchor or psutil.Process()
     run = Path(root) / f"{anchor.pid}-{int(anchor.create_time())}"
-    for state_file in run.glob("*/state.json"):
-        state = read_state(state_file.parent)
-        if state and state["status"] == "ready":
-            _stop_supervisor(state)
+    for marker in run.glob("*/supervisor.json"):
+        if keep is not None and marker.parent == keep:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            _stop_supervisor(json.loads(marker.read_text()))
+
+
+def stop_idle(stage: str | None) -> None:
+    """Before a stage of a Snakemake run that does not measure the shared server: stop the run's
+    shared servers, so that an idle one never shares the machine with a measurement."""
+    if stage is not None and stage not in SHARING_STAGES:
+        stop_all(anchor=run_anchor())
 
 
 def supervise(folder: Path) -> int:
@@ -319,12 +350,16 @@ def supervise(folder: Path) -> int:
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
+    marker = folder / "supervisor.json"
+    marker.write_text(json.dumps({"supervisor_pid": me.pid, "supervisor_created": me.create_time()}))
+    ready = False
     try:
-        server.start()
-    except ServerError as error:
-        _write_state(folder, {"status": "failed", "error": str(error)})
-        return 1
-    try:
+        try:
+            server.start()
+        except ServerError as error:
+            _write_state(folder, {"status": "failed", "error": str(error)})  # kept: the stage reads it
+            return 1
+        ready = True
         _write_state(
             folder,
             {
@@ -344,9 +379,14 @@ def supervise(folder: Path) -> int:
         reason = _wait_until_unneeded(folder, server, request)
         print(f"stopping the server: {reason}", flush=True)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            (folder / "state.json").unlink()
+        # A second signal must not cut the stop short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if ready:
+            with contextlib.suppress(FileNotFoundError):
+                (folder / "state.json").unlink()
         server.stop()
+        marker.unlink(missing_ok=True)
     return 0
 
 
