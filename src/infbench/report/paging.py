@@ -85,8 +85,9 @@ def block_size_table(allocator: dict) -> pd.DataFrame:
     )
 
 
-def view(allocator: dict | None, kv_validation: dict | None) -> dict | None:
-    """What the section shows; None without the allocator analysis."""
+def view(allocator: dict | None, kv_validation: dict | None, live: bool = False) -> dict | None:
+    """What the section shows; None without the allocator analysis. `live`: the page has the
+    live 4.8x section (paging_live)."""
     if not allocator:
         return None
     breakdowns = {trace["name"]: breakdown(trace) for trace in allocator["traces"]}
@@ -100,7 +101,11 @@ def view(allocator: dict | None, kv_validation: dict | None) -> dict | None:
     pool = allocator["pool_sizing_check"]
     return {
         # Where the page measures how many requests a pool admits live.
-        "live_sections": f"{SECTION['capacity'].number} and {SECTION['paging_live'].number}",
+        "live_sections": (
+            f"sections {SECTION['capacity'].number} and {SECTION['paging_live'].number}"
+            if live
+            else f"section {SECTION['capacity'].number}"
+        ),
         "extensions": pd.DataFrame(allocator["study"]["extensions"]),
         "kv_bytes_per_token": f"{allocator['kv_bytes_per_token']:,}",
         "dtype": allocator["dtype"],

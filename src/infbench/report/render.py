@@ -36,7 +36,9 @@ def section_views(artifacts: dict) -> dict[str, dict | None]:
             artifacts.get("hf_baseline"), artifacts.get("vllm_offline"), artifacts.get("comparison")
         ),
         "kv_problem": kv_problem.view(artifacts.get("allocator")),
-        "paging": paging.view(artifacts.get("allocator"), artifacts.get("kv_validation")),
+        "paging": paging.view(
+            artifacts.get("allocator"), artifacts.get("kv_validation"), live=bool(artifacts.get("paging_live"))
+        ),
         "serving": serving.view(artifacts.get("server"), artifacts.get("load")),
         "client_fidelity": client_fidelity.view(artifacts.get("client_fidelity")),
         "prefix_caching": prefix_caching.view(artifacts.get("prefix_caching")),
