@@ -160,10 +160,14 @@ def test_one_stage_at_a_time_other_stages_stop_it_and_a_failed_stage_stops_it(tm
         assert not entered.wait(1.5), "a second stage measured the server while the first held it"
     waiting.join(30)
     assert entered.is_set() and not stopped(state)
-    stop_idle("slo_capacity")  # a stage that shares it leaves it up
-    stop_idle(None)  # outside Snakemake: nothing to stop
+    stop_idle("slo_capacity", measuring=True)  # a stage that shares it leaves it up
+    stop_idle("kv_validation", measuring=False)  # so does an analysis running beside the serving stages
+    stop_idle(None, measuring=True)  # outside Snakemake: nothing to stop
     assert not stopped(state)
-    stop_idle("hf_baseline")  # any other stage stops it before it measures
+    with ReferenceShared(SPEC, tmp_path / "held.log", "slo_capacity"):
+        stop_idle("hf_baseline", measuring=True)  # never under a stage that holds it
+        assert not stopped(state)
+    stop_idle("hf_baseline", measuring=True)  # any other measuring stage stops it before it measures
     assert stopped(state) and port_is_free(state["port"])
     with pytest.raises(RuntimeError), ReferenceShared(SPEC, tmp_path / "c.log", "serve") as failing:
         broken = read_state(failing.folder)

@@ -105,5 +105,6 @@ def run_stage(main: Callable[[StageRun], None], snakemake) -> None:
         raise_on_sigterm()
         # No idle shared server beside this stage's measurement (engines/shared_server.py).
         # Imported by name: stopping a server changes no number, so it is not every rule's code input.
-        importlib.import_module("infbench.engines.shared_server").stop_idle(getattr(snakemake, "rule", None))
+        measuring = bool(getattr(getattr(snakemake, "resources", None), "bench_slot", 0))
+        importlib.import_module("infbench.engines.shared_server").stop_idle(getattr(snakemake, "rule", None), measuring)
         main(StageRun(snakemake.input, snakemake.output, snakemake.log, snakemake.params))

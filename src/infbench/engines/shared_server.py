@@ -310,23 +310,31 @@ class SharedServer:
 
 
 def stop_all(root: Path = REGISTRY, anchor: psutil.Process | None = None, keep: Path | None = None) -> None:
-    """Stop every shared server of this run, starting, ready or stopping, and wait until each
-    is gone; all but `keep` (a server's folder). Called by the Snakefile's onsuccess/onerror
-    handlers, by every other stage before it measures (core/stage.py: an idle server must not
-    share the machine with it), and by a shared stage for other engines' servers."""
+    """Stop every idle shared server of this run, starting, ready or stopping, and wait until
+    each is gone; all but `keep` (a server's folder) and those a stage holds (it is measuring:
+    only a run that lets measurements overlap gets here). Called by the Snakefile's
+    onsuccess/onerror handlers, by every other measuring stage before it measures
+    (core/stage.py: an idle server must not share the machine with it), and by a shared stage
+    for other engines' servers."""
     anchor = anchor or psutil.Process()
     run = Path(root) / f"{anchor.pid}-{int(anchor.create_time())}"
     for marker in run.glob("*/supervisor.json"):
         if keep is not None and marker.parent == keep:
             continue
-        with contextlib.suppress(OSError, ValueError):
-            _stop_supervisor(json.loads(marker.read_text()))
+        with open(marker.parent / "lease", "a+") as lease:
+            try:
+                fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                _stop_supervisor(json.loads(marker.read_text()))
 
 
-def stop_idle(stage: str | None) -> None:
-    """Before a stage of a Snakemake run that does not measure the shared server: stop the run's
-    shared servers, so that an idle one never shares the machine with a measurement."""
-    if stage is not None and stage not in SHARING_STAGES:
+def stop_idle(stage: str | None, measuring: bool) -> None:
+    """Before a measuring stage (one holding `bench_slot`) of a Snakemake run that does not use
+    the shared server: stop the run's idle shared servers, so that none shares the machine
+    with a measurement. Analysis stages run beside the serving stages and stop nothing."""
+    if stage is not None and measuring and stage not in SHARING_STAGES:
         stop_all(anchor=run_anchor())
 
 
