@@ -45,48 +45,27 @@ def open_loop_rates(run: LevelRun) -> dict | None:
     }
 
 
-def in_flight(finished: list, at: float) -> int:
-    """Requests of a pass in the server at `at` (perf_counter): sent, not yet complete."""
-    return sum(s.sent_at <= at < s.sent_at + s.result.e2el for s in finished)
-
-
 def saturation_check(run: LevelRun, rates: dict) -> dict:
-    """An open-loop level's server kept up. Saturated (warn) where any of these holds:
-
-    - completions under SATURATED_SHARE of the rate sent (a windowed pass: completed in the
-      window against counted, both over the window; a whole pass: the rates above);
-    - requests waiting in the server rose over the window (queue_growing: the capacity search's
-      rule, with the share above);
-    - requests in flight, counted exactly from the pass's own requests, rose from the window's
-      opening to its close by at least 2 and twice the Poisson spread of the two counts
-      (2 sqrt(a + b)): where vLLM admits every arrival into its running batch, nothing waits
-      and the batch grows instead.
-
-    Completions of a few requests spread over their latencies, so a share near 1 tells nothing
-    by itself; a window of a few latencies shows only a rate well above the server's."""
-    rising = None
+    """An open-loop level's server kept up, by the capacity search's rule (serving/window.py):
+    saturated where it completed requests at under SATURATED_SHARE of the rate they were sent at
+    (a windowed pass: completed in the window against counted, both over the window; a whole
+    pass: the rates above) or its waiting requests rose over the window. Completions of a few
+    requests spread over their latencies, so a share near 1 tells nothing by itself."""
     if run.window is not None and run.window.seconds > 0:
         sent = len(run.results) / run.window.seconds
         achieved = run.window.completed / run.window.seconds
-        rising = (
-            in_flight(run.window.finished, run.started + run.window.opened_s),
-            in_flight(run.window.finished, run.started + run.window.closed_s),
-        )
     else:
         achieved, sent = rates["achieved"], rates["sent"]
     growing = queue_growing(run.window_samples())
     behind = achieved < SATURATED_SHARE * sent
-    batch_growing = rising is not None and rising[1] - rising[0] >= max(2.0, 2 * math.sqrt(sum(rising)))
     return check(
         "achieved_vs_offered_rate",
-        "warn" if behind or growing or batch_growing else "pass",
+        "warn" if behind or growing else "pass",
         achieved / sent,
         f"completions came at {achieved:.2f} req/s for {sent:.2f} req/s sent ({rates['offered']:.2f} offered)"
-        + (f"; requests in flight went from {rising[0]} to {rising[1]} over the window" if rising else "")
         + ("; requests waiting in the server rose over the window" if growing else "")
-        + f": saturated (warn) below {SATURATED_SHARE:.0%}, where waiting requests rise by {QUEUE_GROWTH:g} "
-        "or more (second half of the scrapes against the first, the capacity search's rule), or where "
-        "requests in flight rise by at least 2 and 2 sqrt(opening + closing count)",
+        + f": saturated (warn) below {SATURATED_SHARE:.0%} or where waiting requests rise by "
+        f"{QUEUE_GROWTH:g} or more (second half of the scrapes against the first), the capacity search's rule",
     )
 
 
