@@ -1,7 +1,7 @@
 """Rule `serve`: calibrate the client's ceiling on the reference server, start vLLM's
 OpenAI-compatible server (or, with server.external, reach the endpoint the user runs), run the
-study's request and the load sweep with the openai client, stop what it started ->
-server.json and load.json."""
+study's request and the load sweep with the openai client, and leave the server to the run's
+other serving stages (engines/shared_server.py) -> server.json and load.json."""
 
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
@@ -9,6 +9,7 @@ from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client
+from infbench.engines.shared_server import run_anchor, stop_all
 from infbench.serving.arrivals import replayable, workload_trace
 from infbench.serving.client_cost import calibrate, cost_of
 from infbench.serving.sweep import run_sweep, study_request
@@ -32,7 +33,9 @@ def main(stage):
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):
         notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
     # The client's ceiling on this machine, before any engine runs: the reference server and
-    # this client alone (a few seconds).
+    # this client alone (a few seconds), with no idle server of the run beside it (serve starts
+    # its own fresh).
+    stop_all(anchor=run_anchor())
     ceiling = calibrate(stage.log.calibration)
     with server:
         placement = place_client(params.threads, params.device)

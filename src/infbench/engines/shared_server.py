@@ -13,7 +13,7 @@ runs, so a capacity change would rerun the serving levels too (seen with Snakema
 
 How. A supervisor process per server (`python -m infbench.engines.shared_server DIR`) owns the
 `VLLMServer` (its own process group, which gets SIGTERM if the supervisor dies) and writes
-DIR/state.json once the server is ready. A stage holds a shared lock on DIR/lease while it
+DIR/state.json once the server is ready. A stage holds an exclusive lock on DIR/lease while it
 measures (the kernel drops it if the stage dies). The supervisor stops the server when the
 lease has been free for `IDLE_S` seconds, when the run it belongs to (the nearest `snakemake`
 process above the stage, or the stage itself outside Snakemake) has ended, on
@@ -179,34 +179,42 @@ class SharedServer:
             # and a fresh start never stops a server another stage holds.
             self._lease = open(self.folder / "lease", "a+")
             fcntl.flock(self._lease, fcntl.LOCK_EX)
-            state = read_state(self.folder)
-            if state and state["status"] == "ready" and self.fresh:
-                served = ", ".join(state["stages"]) or "no stage"
-                print(f"stopping the server that served {served}: this stage needs a fresh one")
-                _stop_supervisor(state)
-                state = None
-            if not (state and state["status"] == "ready"):
-                try:
-                    state = self._launch()
-                except BaseException:
-                    self._copy_log()
-                    self._release()
-                    raise
-                self.startup_s = state["startup_s"]
-            else:
-                self.server_log = Path(state["log_path"])
-                self._log_from = self.server_log.stat().st_size if self.server_log.exists() else 0
-                print(
-                    f"using the server {state['base_url']} started for {state['stages'][0]} "
-                    f"({len(state['stages'])} stage(s) so far)"
-                )
-            self.started_by = state["stages"][0] if state["stages"] else self.stage
-            state["stages"].append(self.stage)
-            _write_state(self.folder, state)
+            try:
+                state = self._find_or_start()
+            except BaseException:
+                self._copy_log()
+                self._release()
+                raise
         self._state = state
         self.base_url = state["base_url"]
         self.command = state["command"]
         return self
+
+    def _find_or_start(self) -> dict:
+        """Under the start lock and the lease: the running server, or a new one."""
+        state = read_state(self.folder)
+        if state and state["status"] == "ready" and self.fresh:
+            served = ", ".join(state["stages"]) or "no stage"
+            print(f"stopping the server that served {served}: this stage needs a fresh one")
+            _stop_supervisor(state)
+            state = None
+        if state and state["status"] == "ready":
+            self.server_log = Path(state["log_path"])
+            self._log_from = self.server_log.stat().st_size if self.server_log.exists() else 0
+            self.started_by = state["stages"][0] if state["stages"] else "a stage that left no name"
+            print(f"using the server {state['base_url']} started for {self.started_by}")
+        else:
+            # A server still stopping (retired when idle, or by another stage) is gone first:
+            # two never run at once.
+            for marker in self.folder.glob("supervisor-*.json"):
+                with contextlib.suppress(OSError, ValueError):
+                    _stop_supervisor(json.loads(marker.read_text()))
+            state = self._launch()
+            self.startup_s = state["startup_s"]
+            self.started_by = self.stage
+        state["stages"].append(self.stage)
+        _write_state(self.folder, state)
+        return state
 
     def server_command(self, port: int) -> list[str]:
         """The server's command line (the tests stand the reference server here)."""
@@ -280,12 +288,12 @@ class SharedServer:
     def __exit__(self, exc_type, *exc) -> None:
         try:
             self._copy_log()
-        finally:
-            self._release()
             # Outside Snakemake nothing comes next, and a stage that failed may leave a broken
-            # server: stop it now.
+            # server: stop it now, before the lease passes to a stage that would measure it.
             if self._state and (self.anchor.pid == os.getpid() or exc_type is not None):
                 _stop_supervisor(self._state)
+        finally:
+            self._release()
 
     def _release(self) -> None:
         if self._lease is not None:
@@ -318,13 +326,11 @@ def stop_all(root: Path = REGISTRY, anchor: psutil.Process | None = None, keep: 
     for other engines' servers."""
     anchor = anchor or psutil.Process()
     run = Path(root) / f"{anchor.pid}-{int(anchor.create_time())}"
-    for marker in run.glob("*/supervisor.json"):
+    for marker in run.glob("*/supervisor-*.json"):
         if keep is not None and marker.parent == keep:
             continue
         with open(marker.parent / "lease", "a+") as lease:
-            try:
-                fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _take(lease, tries=10):  # the supervisor's own probe holds it for microseconds
                 continue
             with contextlib.suppress(OSError, ValueError):
                 _stop_supervisor(json.loads(marker.read_text()))
@@ -358,7 +364,7 @@ def supervise(folder: Path) -> int:
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
-    marker = folder / "supervisor.json"
+    marker = folder / f"supervisor-{me.pid}.json"  # its own: a successor's is never removed with it
     marker.write_text(json.dumps({"supervisor_pid": me.pid, "supervisor_created": me.create_time()}))
     ready = False
     try:
@@ -427,6 +433,18 @@ def _retire(folder: Path, lease) -> bool:
             return False
         (folder / "state.json").unlink()
         return True
+
+
+def _take(lease, tries: int) -> bool:
+    """Take the lease exclusively without waiting on a stage: `tries` attempts 0.1 s apart."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt < tries - 1:
+                time.sleep(0.1)
+    return False
 
 
 def _free(lease) -> bool:
