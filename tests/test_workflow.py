@@ -54,7 +54,7 @@ def test_tiny_model_through_model_and_workload(tmp_path, tiny_model):
     requests = read_jsonl(tmp_path / "results/tiny/workload.jsonl")
     assert [r["kind"] for r in requests[:2]] == ["study_single", "study_api"]
     assert requests[0]["prompt_tokens"] == 11  # the study's prompt is 11 tokens with this tokenizer
-    assert len(requests) == 2 + 4
+    assert len(requests) == 2 + tiny_config(tiny_model)["workload"]["synthetic"]["num_requests"]  # study + synthetic
     assert all(r["prompt_tokens"] + r["max_tokens"] <= 256 for r in requests)
     assert (tmp_path / "logs/workload/tiny.log").read_text().strip()
     # Nothing changed: a second run has nothing to do.

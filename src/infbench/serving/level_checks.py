@@ -50,7 +50,11 @@ def saturation_check(run: LevelRun, rates: dict) -> dict:
     saturated where it completed requests at under SATURATED_SHARE of the rate they were sent at
     (a windowed pass: completed in the window against counted, both over the window; a whole
     pass: the rates above) or its waiting requests rose over the window. Completions of a few
-    requests spread over their latencies, so a share near 1 tells nothing by itself."""
+    requests spread over their latencies, so a share near 1 tells nothing by itself. What this
+    cannot see: a rate above the server's by less than twice while nothing waits (on CPU vLLM
+    admits arrivals into its running batch up to max_num_seqs, so the batch grows instead); a
+    count of requests in flight cannot tell that from the build-up over a window of a few
+    latencies. The capacity search's rate search sizes its windows in latencies for that."""
     if run.window is not None and run.window.seconds > 0:
         sent = len(run.results) / run.window.seconds
         achieved = run.window.completed / run.window.seconds
@@ -65,7 +69,8 @@ def saturation_check(run: LevelRun, rates: dict) -> dict:
         f"completions came at {achieved:.2f} req/s for {sent:.2f} req/s sent ({rates['offered']:.2f} offered)"
         + ("; requests waiting in the server rose over the window" if growing else "")
         + f": saturated (warn) below {SATURATED_SHARE:.0%} or where waiting requests rise by "
-        f"{QUEUE_GROWTH:g} or more (second half of the scrapes against the first), the capacity search's rule",
+        f"{QUEUE_GROWTH:g} or more (second half of the scrapes against the first), the capacity search's rule; "
+        "a rate above the server's by less than twice, with nothing waiting, passes",
     )
 
 
