@@ -37,7 +37,8 @@ MEASURED_BENCHMARK = {
 }
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
 # The serving stages share one server (infbench/engines/shared_server.py) when they run one
-# after another, serve first: it starts the server fresh, for its cold study request.
+# after another, serve first: it starts the server fresh, for its cold study request. The same
+# three as shared_server.SHARING_STAGES (not imported here: the no-change rerun stays light).
 PRIORITY = {"serve": 3, "client_fidelity": 2, "slo_capacity": 1}
 
 

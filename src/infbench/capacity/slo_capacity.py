@@ -38,15 +38,7 @@ from infbench.engines.vllm_server import ServerError
 from infbench.kv.simulator import Strategy, TraceRequest, blocks_for, static_capacity
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LoadRequest, load_request
-from infbench.serving.window import (
-    SATURATED_SHARE,
-    RequestSupply,
-    Window,
-    WindowRun,
-    queue_growing,
-    run_window,
-    window_output,
-)
+from infbench.serving.window import RequestSupply, Window, WindowRun, run_window, saturation, window_output
 
 # Open-loop windows last at least this many median E2E latencies (of the closed loop at its
 # capacity): long enough for a queue to build where the server cannot keep up.
@@ -109,8 +101,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     preemptions = series.first_last("vllm:num_preemptions_total")
     sent_rate = len(counted) / window if window else None
     completed_rate = completed / window if window else None
-    behind = open_loop and bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
-    growing = open_loop and queue_growing(in_window)
+    behind, growing = saturation(sent_rate, completed_rate, in_window) if open_loop else (False, False)
     growth = send_lag_growth_s(run) if open_loop else None
     return {
         "window_s": [run.opened_s, run.closed_s],

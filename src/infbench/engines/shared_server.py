@@ -44,6 +44,7 @@ from infbench.engines.settings import engine_env
 from infbench.engines.vllm_server import ServerError, VLLMServer, free_port, server_command
 
 REGISTRY = Path(".snakemake") / "shared-servers"
+# The rules that share the server: PRIORITY in workflow/rules/common.smk names the same three.
 SHARING_STAGES = frozenset({"serve", "client_fidelity", "slo_capacity"})
 IDLE_S = 30.0  # a free lease this long stops the server (Snakemake starts the next job in seconds)
 POLL_S = 0.5
@@ -206,9 +207,7 @@ class SharedServer:
         else:
             # A server still stopping (retired when idle, or by another stage) is gone first:
             # two never run at once.
-            for marker in self.folder.glob("supervisor-*.json"):
-                with contextlib.suppress(OSError, ValueError):
-                    _stop_supervisor(json.loads(marker.read_text()))
+            _stop_supervisors(self.folder)
             state = self._launch()
             self.startup_s = state["startup_s"]
             self.started_by = self.stage
@@ -326,14 +325,18 @@ def stop_all(root: Path = REGISTRY, anchor: psutil.Process | None = None, keep: 
     for other engines' servers."""
     anchor = anchor or psutil.Process()
     run = Path(root) / f"{anchor.pid}-{int(anchor.create_time())}"
-    for marker in run.glob("*/supervisor-*.json"):
-        if keep is not None and marker.parent == keep:
-            continue
-        with open(marker.parent / "lease", "a+") as lease:
-            if not _take(lease, tries=10):  # the supervisor's own probe holds it for microseconds
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                _stop_supervisor(json.loads(marker.read_text()))
+    for folder in {marker.parent for marker in run.glob("*/supervisor-*.json")} - {keep}:
+        with open(folder / "lease", "a+") as lease:
+            if _take(lease, tries=10):  # the supervisor's own probe holds it for microseconds
+                _stop_supervisors(folder)
+
+
+def _stop_supervisors(folder: Path) -> None:
+    """Stop every supervisor of this server's folder, starting, ready or still stopping (each
+    marks itself in a file of its own), and wait until each is gone."""
+    for marker in folder.glob("supervisor-*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            _stop_supervisor(json.loads(marker.read_text()))
 
 
 def stop_idle(stage: str | None, measuring: bool) -> None:
@@ -449,9 +452,7 @@ def _take(lease, tries: int) -> bool:
 
 def _free(lease) -> bool:
     """True when no stage holds the lease (taken and dropped at once)."""
-    try:
-        fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _take(lease, tries=1):
         return False
     fcntl.flock(lease, fcntl.LOCK_UN)
     return True

@@ -10,7 +10,7 @@ from infbench.core.checks import check, not_available
 from infbench.core.metrics import MS
 from infbench.serving.client import LevelRun
 from infbench.serving.client_cost import ClientCost
-from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, queue_growing
+from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation
 
 # Shares of one core the client may need before its own delays are in a level's numbers: from
 # CLIENT_WARN the level warns, from CLIENT_FAIL it describes the client more than the server.
@@ -60,8 +60,7 @@ def saturation_check(run: LevelRun, rates: dict) -> dict:
         achieved = run.window.completed / run.window.seconds
     else:
         achieved, sent = rates["achieved"], rates["sent"]
-    growing = queue_growing(run.window_samples())
-    behind = achieved < SATURATED_SHARE * sent
+    behind, growing = saturation(sent, achieved, run.window_samples())
     return check(
         "achieved_vs_offered_rate",
         "warn" if behind or growing else "pass",

@@ -82,6 +82,14 @@ SATURATED_SHARE = 0.5
 QUEUE_GROWTH = 1.0
 
 
+def saturation(sent_rate: float | None, completed_rate: float | None, samples: list[dict]) -> tuple[bool, bool]:
+    """An open-loop pass's two signs of saturation: (behind, growing). Behind: completions under
+    SATURATED_SHARE of the rate sent (no rate sent: not behind); growing: queue_growing over
+    `samples`, the window's /metrics scrapes."""
+    behind = bool(sent_rate) and completed_rate < SATURATED_SHARE * sent_rate
+    return behind, queue_growing(samples)
+
+
 def queue_growing(samples: list[dict]) -> bool:
     """Requests waiting in the server rose over these /metrics scrapes (at least 4)."""
     samples = [s for s in samples if "vllm:num_requests_waiting" in s]
