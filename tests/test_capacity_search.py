@@ -232,6 +232,19 @@ def test_a_concurrency_tolerance_stops_bisection_early():
     assert (result.capacity, result.first_failing, result.converged) == (48, 56, True)
 
 
+def test_the_default_start_of_16_costs_what_the_schema_says_against_8():
+    """capacity.start_concurrency's description: against a start of 8, 16 saves a probe where
+    the capacity is 16 or more, probes the same loads between 8 and 16, and adds one below 8."""
+
+    def probes(start, capacity):
+        probe = lambda c: Probe(c, c <= capacity)  # noqa: E731
+        return len(search(probe, start=start, floor=1, ceiling=64, integer=True, tolerance=0.25).probes)
+
+    for capacity in range(1, 70):
+        saved = probes(8, capacity) - probes(16, capacity)
+        assert saved == (1 if capacity >= 16 else 0 if capacity >= 8 else -1), capacity
+
+
 def test_interleaved_searches_take_turns_and_each_finds_what_it_would_alone():
     calls = []
 

@@ -96,3 +96,30 @@ def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
     utilisation = {s["strategy"]: s["utilisation"] for s in trace["strategies"]}
     assert utilisation["contiguous_prompt_plus_max_tokens"] < utilisation["contiguous_oracle"]
     assert analysis["pool_sizing_check"]["status"] == "pass"  # 102,400 // (100 x 16) = 64 blocks
+
+
+def test_warmups_run_the_first_group_cut_short_after_the_first_and_the_timed_repeats_run_it_whole():
+    """The untimed warm-up of each scenario runs its first group, the first scenario's whole
+    and every later one's with outputs cut to WARMUP_MAX_TOKENS; the timed repeats run every
+    group at the lengths asked for."""
+    from infbench.core.metrics import RequestResult
+    from infbench.offline.scenarios import BatchRun, Scenario, run_scenarios
+    from infbench.workload.requests import WARMUP_MAX_TOKENS
+
+    class Recorder:
+        name, timing = "fake", {}
+
+        def __init__(self):
+            self.calls = []
+
+        def run_batch(self, batch):
+            self.calls.append([r["max_tokens"] for r in batch])
+            results = [RequestResult(r["id"], 4, r["max_tokens"], 0.01, 0.1) for r in batch]
+            return BatchRun(results, [[1] * r["max_tokens"] for r in batch])
+
+    requests = [{"id": f"r{i}", "prompt": "p", "max_tokens": tokens} for i, tokens in enumerate([100, 8, 50])]
+    scenario = Scenario("s", "static_batch", [requests[:2], requests[2:]])
+    runner = Recorder()
+    run_scenarios(runner, [scenario, scenario], warmup_runs=1, repeats=2, kv_bytes_per_token=1)
+    timed = [[100, 8], [50]] * 2  # the timed repeats: every group, whole
+    assert runner.calls == [[100, 8], *timed, [WARMUP_MAX_TOKENS, 8], *timed]  # warm-ups: whole, then cut

@@ -31,7 +31,7 @@ from infbench.serving.level_checks import (
 )
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
 from infbench.serving.window import RequestSupply, Window, level_run, run_window
-from infbench.workload.requests import has_chat_template
+from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
 
 
 def study_request(
@@ -131,9 +131,6 @@ ACROSS_REPEATS = (
 )
 # Latencies whose per-repeat medians must agree within their intervals.
 AGREEMENT_METRICS = ("ttft", "tpot")
-# Warm-up requests are cut to this many output tokens: enough to run the level's batch shape
-# through prefill and decode, short enough to cost a second or two.
-WARMUP_MAX_TOKENS = 16
 
 
 def warmup_requests(requests: list[LoadRequest], level: Level) -> list[LoadRequest]:

@@ -1,0 +1,100 @@
+"""Benchmark: do the offline stages' warm-ups (run_scenarios: the first scenario's whole,
+each later one's cut to infbench.workload.requests.WARMUP_MAX_TOKENS output tokens) warm an
+engine as well as whole warm-ups of every scenario? Each trial is a fresh process (a new
+engine, as a stage is), the two alternating, who goes first alternating by round, through the
+offline stages' own scenarios on the given workload. Printed per scenario and warm-up, the
+median over trials (and mean, 95 % interval) of
+
+    first-repeat excess   duration of repeat 1 / median duration of the repeats after it - 1
+
+which a warm-up that left work for the timed repeats raises; and how much shorter the untimed
+time (the warm-ups) is with cut warm-ups (median over trials).
+
+    python scripts/bench_warmup.py --engine hf --model resources/models/smollm2-135m-instruct \\
+        --workload results/smollm2-135m-instruct/workload.jsonl --dtype bfloat16 --trials 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from infbench.core.artifacts import read_jsonl
+from infbench.core.stats import summarize
+
+WHOLE = 10**9  # a cut no request reaches: the whole first group
+
+
+def trial(args) -> dict:
+    """One fresh engine through the offline stages' scenarios (run_scenarios, one warm-up
+    each), their later warm-ups cut to `args.cut` output tokens."""
+    from infbench.engines.settings import pin_process, vllm_engine_args
+    from infbench.offline import scenarios
+
+    pin_process(args.threads, "cpu")
+    scenarios.WARMUP_MAX_TOKENS = args.cut
+    if args.engine == "hf":
+        from infbench.offline.hf_baseline import HFRunner
+
+        runner = HFRunner(args.model, args.dtype, args.threads, "cpu")
+    else:
+        from infbench.offline.vllm_offline import VLLMRunner
+
+        engine = {"kv_cache_gib": 1.0, "max_model_len": 512, "block_size": 128, "enable_prefix_caching": False}
+        runner = VLLMRunner(vllm_engine_args(args.model, args.dtype, engine, 0, "cpu"))
+    built = scenarios.build_scenarios(read_jsonl(args.workload), [50, 100], [4], continuous=args.engine == "vllm")
+    started = time.perf_counter()
+    records, _ = scenarios.run_scenarios(runner, built, 1, args.repeats, 1)
+    durations = {r["name"]: [repeat["duration"] for repeat in r["repeats"]] for r in records}
+    untimed_s = time.perf_counter() - started - sum(sum(d) for d in durations.values())
+    return {"durations": durations, "untimed_s": untimed_s}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=["hf", "vllm"], required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=3, help="trials of each warm-up")
+    parser.add_argument("--cut", type=int, help=argparse.SUPPRESS)  # a trial's own process
+    parser.add_argument("--out", help=argparse.SUPPRESS)  # where it writes its figures
+    args = parser.parse_args()
+    if args.cut is not None:
+        Path(args.out).write_text(json.dumps(trial(args)))
+        return
+    from infbench.workload.requests import WARMUP_MAX_TOKENS
+
+    kinds = {"cut": WARMUP_MAX_TOKENS, "whole": WHOLE}
+    runs = {kind: [] for kind in kinds}
+    for round_ in range(args.trials):
+        for kind in list(kinds) if round_ % 2 == 0 else list(kinds)[::-1]:
+            with tempfile.TemporaryDirectory() as folder:
+                out = Path(folder) / "trial.json"
+                command = [sys.executable, __file__, *sys.argv[1:], "--cut", str(kinds[kind]), "--out", str(out)]
+                subprocess.run(command, check=True, capture_output=True)
+                runs[kind].append(json.loads(out.read_text()))
+            print(f"round {round_ + 1}: {kind} warm-up done", file=sys.stderr)
+    print(f"{args.engine}, {args.trials} trials of each warm-up, {args.repeats} timed repeats a scenario")
+    for name in runs["cut"][0]["durations"]:
+        line = []
+        for kind in kinds:
+            excess = [r["durations"][name][0] / statistics.median(r["durations"][name][1:]) - 1 for r in runs[kind]]
+            s = summarize(excess)
+            interval = f"95 % CI {s.ci95_low:+.1%} to {s.ci95_high:+.1%}"
+            line.append(f"{kind} {statistics.median(excess):+.1%} (mean {s.mean:+.1%}, {interval})")
+        print(f"  {name}: first-repeat excess, " + "; ".join(line))
+    saving = [w["untimed_s"] - c["untimed_s"] for c, w in zip(runs["cut"], runs["whole"])]
+    print(f"  untimed time (the warm-ups) {statistics.median(saving):.1f} s shorter with cut warm-ups (median)")
+
+
+if __name__ == "__main__":
+    main()
