@@ -1,14 +1,16 @@
-"""Benchmark: do the offline stages' warm-ups (run_scenarios: the first scenario's whole,
-each later one's cut to infbench.workload.requests.WARMUP_MAX_TOKENS output tokens) warm an
-engine as well as whole warm-ups of every scenario? Each trial is a fresh process (a new
+"""Benchmark: do the offline stages' warm-ups (run_scenarios: a scenario's first group whole,
+or cut to infbench.workload.requests.WARMUP_MAX_TOKENS output tokens where the engine already
+ran a group as large) warm an engine as well as whole warm-ups of every scenario? Each trial is a fresh process (a new
 engine, as a stage is), the two alternating, who goes first alternating by round, through the
 offline stages' own scenarios on the given workload. Printed per scenario and warm-up, the
-median over trials (and mean, 95 % interval) of
+median over trials of
 
     first-repeat excess   duration of repeat 1 / median duration of the repeats after it - 1
 
-which a warm-up that left work for the timed repeats raises; and how much shorter the untimed
-time (the warm-ups) is with cut warm-ups (median over trials).
+which a warm-up that left work for the timed repeats raises, and the cut arm's excess less
+the whole arm's, paired by round, with its 95 % Student-t interval; then how much shorter the
+untimed time (the warm-ups) is with cut warm-ups (median over trials). The scenarios are the
+default config's (the study's 50 and 100 tokens, static batches of 4).
 
     python scripts/bench_warmup.py --engine hf --model resources/models/smollm2-135m-instruct \\
         --workload results/smollm2-135m-instruct/workload.jsonl --dtype bfloat16 --trials 3
@@ -56,6 +58,11 @@ def trial(args) -> dict:
     return {"durations": durations, "untimed_s": untimed_s}
 
 
+def first_repeat_excess(durations: list[float]) -> float:
+    """Repeat 1's duration over the median of the repeats after it, less one."""
+    return durations[0] / statistics.median(durations[1:]) - 1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=["hf", "vllm"], required=True)
@@ -63,11 +70,13 @@ def main():
     parser.add_argument("--workload", required=True)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--trials", type=int, default=3, help="trials of each warm-up")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats a scenario, at least 2")
+    parser.add_argument("--trials", type=int, default=5, help="trials of each warm-up, at least 2")
     parser.add_argument("--cut", type=int, help=argparse.SUPPRESS)  # a trial's own process
     parser.add_argument("--out", help=argparse.SUPPRESS)  # where it writes its figures
     args = parser.parse_args()
+    if args.repeats < 2 or args.trials < 2:
+        parser.error("--repeats and --trials must be at least 2: the excess needs later repeats, the interval trials")
     if args.cut is not None:
         Path(args.out).write_text(json.dumps(trial(args)))
         return
@@ -80,18 +89,20 @@ def main():
             with tempfile.TemporaryDirectory() as folder:
                 out = Path(folder) / "trial.json"
                 command = [sys.executable, __file__, *sys.argv[1:], "--cut", str(kinds[kind]), "--out", str(out)]
-                subprocess.run(command, check=True, capture_output=True)
+                trial_run = subprocess.run(command, capture_output=True, text=True)
+                if trial_run.returncode:
+                    sys.exit(f"a {kind} trial failed:\n{trial_run.stderr[-4000:]}")
                 runs[kind].append(json.loads(out.read_text()))
             print(f"round {round_ + 1}: {kind} warm-up done", file=sys.stderr)
     print(f"{args.engine}, {args.trials} trials of each warm-up, {args.repeats} timed repeats a scenario")
     for name in runs["cut"][0]["durations"]:
-        line = []
-        for kind in kinds:
-            excess = [r["durations"][name][0] / statistics.median(r["durations"][name][1:]) - 1 for r in runs[kind]]
-            s = summarize(excess)
-            interval = f"95 % CI {s.ci95_low:+.1%} to {s.ci95_high:+.1%}"
-            line.append(f"{kind} {statistics.median(excess):+.1%} (mean {s.mean:+.1%}, {interval})")
-        print(f"  {name}: first-repeat excess, " + "; ".join(line))
+        excess = {kind: [first_repeat_excess(r["durations"][name]) for r in runs[kind]] for kind in kinds}
+        medians = ", ".join(f"{kind} {statistics.median(values):+.1%}" for kind, values in excess.items())
+        paired = summarize(c - w for c, w in zip(excess["cut"], excess["whole"]))
+        print(
+            f"  {name}: first-repeat excess, medians {medians}; cut - whole, paired by round: "
+            f"{paired.mean:+.1%} (95 % CI {paired.ci95_low:+.1%} to {paired.ci95_high:+.1%})"
+        )
     saving = [w["untimed_s"] - c["untimed_s"] for c, w in zip(runs["cut"], runs["whole"])]
     print(f"  untimed time (the warm-ups) {statistics.median(saving):.1f} s shorter with cut warm-ups (median)")
 

@@ -51,6 +51,9 @@ def test_the_predicted_kv_limit_is_probed_and_one_above_it():
     result = search(probe, start=4, floor=1, ceiling=256, integer=True, kv_limit=10)
     assert [p.load for p in result.probes] == [4, 8, 10, 11]
     assert (result.capacity, result.first_failing, result.converged) == (10, 11, True)
+    # A predicted limit below the start is where the search starts, not a load it steps over.
+    result = search(probe, start=16, floor=1, ceiling=256, integer=True, kv_limit=10)
+    assert [p.load for p in result.probes] == [10, 11]
 
 
 def test_the_rate_search_narrows_to_its_tolerance():
@@ -232,17 +235,36 @@ def test_a_concurrency_tolerance_stops_bisection_early():
     assert (result.capacity, result.first_failing, result.converged) == (48, 56, True)
 
 
-def test_the_default_start_of_16_costs_what_the_schema_says_against_8():
-    """capacity.start_concurrency's description: against a start of 8, 16 saves a probe where
-    the capacity is 16 or more, probes the same loads between 8 and 16, and adds one below 8."""
+def test_the_default_start_costs_what_the_schema_says_against_8():
+    """capacity.start_concurrency's description of its default, 16, at the default search
+    settings: against a start of 8 it saves a probe where the capacity is 16 or more, probes
+    the same loads where it is between 8 and 16, and adds one below 8, wherever no KV limit
+    below max_concurrency is predicted."""
+    from pathlib import Path
 
-    def probes(start, capacity):
+    from infbench.core.config import load_schema
+
+    schema = load_schema(Path(__file__).parents[1] / "workflow/schemas/config.schema.yaml")
+    settings = {key: node.get("default") for key, node in schema["properties"]["capacity"]["properties"].items()}
+    assert settings["start_concurrency"] == 16
+
+    def loads(start, capacity, kv_limit):
         probe = lambda c: Probe(c, c <= capacity)  # noqa: E731
-        return len(search(probe, start=start, floor=1, ceiling=64, integer=True, tolerance=0.25).probes)
+        result = search(
+            probe, start=start, floor=1, ceiling=settings["max_concurrency"], integer=True,
+            tolerance=settings["tolerance"], max_probes=settings["max_probes"], kv_limit=kv_limit,
+        )  # fmt: skip
+        return [p.load for p in result.probes]
 
-    for capacity in range(1, 70):
-        saved = probes(8, capacity) - probes(16, capacity)
-        assert saved == (1 if capacity >= 16 else 0 if capacity >= 8 else -1), capacity
+    for kv_limit in (None, settings["max_concurrency"], 331):
+        for capacity in range(1, 2 * settings["max_concurrency"]):
+            eight, default = loads(8, capacity, kv_limit), loads(16, capacity, kv_limit)
+            if capacity >= 16:
+                assert len(eight) - len(default) == 1, (capacity, kv_limit)
+            elif capacity >= 8:
+                assert sorted(eight) == sorted(default), (capacity, kv_limit)
+            else:
+                assert len(default) - len(eight) == 1, (capacity, kv_limit)
 
 
 def test_interleaved_searches_take_turns_and_each_finds_what_it_would_alone():

@@ -98,10 +98,10 @@ def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
     assert analysis["pool_sizing_check"]["status"] == "pass"  # 102,400 // (100 x 16) = 64 blocks
 
 
-def test_warmups_run_the_first_group_cut_short_after_the_first_and_the_timed_repeats_run_it_whole():
-    """The untimed warm-up of each scenario runs its first group, the first scenario's whole
-    and every later one's with outputs cut to WARMUP_MAX_TOKENS; the timed repeats run every
-    group at the lengths asked for."""
+def test_a_warmup_runs_whole_until_the_engine_ran_a_group_as_large_and_the_repeats_always_run_whole():
+    """The untimed warm-up of each scenario runs its first group: whole the first time the
+    engine runs a group of that size and length, cut to WARMUP_MAX_TOKENS once an earlier
+    scenario ran one as large; the timed repeats run every group at the lengths asked for."""
     from infbench.core.metrics import RequestResult
     from infbench.offline.scenarios import BatchRun, Scenario, run_scenarios
     from infbench.workload.requests import WARMUP_MAX_TOKENS
@@ -118,8 +118,13 @@ def test_warmups_run_the_first_group_cut_short_after_the_first_and_the_timed_rep
             return BatchRun(results, [[1] * r["max_tokens"] for r in batch])
 
     requests = [{"id": f"r{i}", "prompt": "p", "max_tokens": tokens} for i, tokens in enumerate([100, 8, 50])]
-    scenario = Scenario("s", "static_batch", [requests[:2], requests[2:]])
+    batched = Scenario("batched", "static_batch", [requests[:2], requests[2:]])
+    single = Scenario("single", "single", [[dict(requests[0], max_tokens=60)]])
     runner = Recorder()
-    run_scenarios(runner, [scenario, scenario], warmup_runs=1, repeats=2, kv_bytes_per_token=1)
+    run_scenarios(runner, [batched, batched, single], warmup_runs=1, repeats=2, kv_bytes_per_token=1)
     timed = [[100, 8], [50]] * 2  # the timed repeats: every group, whole
-    assert runner.calls == [[100, 8], *timed, [WARMUP_MAX_TOKENS, 8], *timed]  # warm-ups: whole, then cut
+    assert runner.calls == [
+        *([[100, 8]] + timed),  # a pair never run before: warmed whole
+        *([[WARMUP_MAX_TOKENS, 8]] + timed),  # a pair of 100 ran: cut
+        [60], [60], [60],  # one request of 60: longer than the 50 run alone, warmed whole
+    ]  # fmt: skip

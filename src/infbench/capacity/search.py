@@ -2,9 +2,10 @@
 (closed-loop concurrency or open-loop request rate) whose probes each say whether at least
 the target share of requests met every SLO.
 
-    bracket   from `start`, double while probes pass (first up to the predicted KV-limited
-              concurrency and one above it, where the curve is expected to break), halve
-              while they fail, until one passing and one failing load are known
+    bracket   from `start` (or the predicted KV-limited concurrency where that is lower),
+              double while probes pass (first up to the predicted KV-limited concurrency and
+              one above it, where the curve is expected to break), halve while they fail,
+              until one passing and one failing load are known
     bisect    probe the middle of [last passing, first failing] until the bracket is within
               `tolerance` of its lower end (and, for a concurrency, one request in flight)
 
@@ -147,6 +148,8 @@ def search_steps(
         return outcome
 
     load = min(max(start, floor), ceiling)
+    if kv_limit is not None and floor <= kv_limit < load:
+        load = kv_limit  # a predicted break below the start is probed first, not stepped over
     while len(probes) < max_probes:
         if (yield from measure(load)).met:
             passing = load

@@ -183,7 +183,8 @@ def check_semantics(config: dict, base_dir: Path) -> None:
     if capacity["start_concurrency"] > capacity["max_concurrency"]:
         raise ConfigError(
             f"config error: capacity.start_concurrency = {capacity['start_concurrency']} is above "
-            f"capacity.max_concurrency = {capacity['max_concurrency']}; allowed: start <= max"
+            f"capacity.max_concurrency = {capacity['max_concurrency']}; allowed: start <= max (set "
+            "capacity.start_concurrency, whose default is 16)"
         )
     longest_study = max(config["benchmark"]["study_max_new_tokens"])
     if longest_study + 32 > engine["max_model_len"]:

@@ -172,20 +172,30 @@ class Runner(Protocol):
     def engine_report(self) -> dict: ...
 
 
+def covered(group: list[dict], longest: dict[int, int]) -> bool:
+    """The engine already ran a group of this size with an output at least as long as this
+    one's longest: what a first run allocates and touches (a padded cache grown token by token
+    in HF, pages of the heap) is in place, so a warm-up needs only the group's shape. The
+    first run at a size and length is warmed whole, as vLLM's benchmark_latency warms with
+    whole iterations."""
+    return longest.get(len(group), 0) >= max(r["max_tokens"] for r in group)
+
+
 def run_scenarios(
     runner: Runner, scenarios: list[Scenario], warmup_runs: int, repeats: int, kv_bytes_per_token: int
 ) -> tuple[list[dict], dict]:
     """Every scenario: `warmup_runs` untimed calls on its first group, then `repeats` timed
-    passes over all its groups. The first scenario's warm-up runs the group whole, the engine's
-    first full-length run (after one cut short, HF's first timed repeat ran about 6 % slower:
-    scripts/bench_warmup.py); later ones only need their batch shape and are cut to
-    WARMUP_MAX_TOKENS output tokens. Returns the scenario records and the greedy output token
-    ids of the sequential scenario (for the HF/vLLM agreement check)."""
+    passes over all its groups. A warm-up runs the group whole unless the engine already ran
+    one as large (covered), and is then cut to WARMUP_MAX_TOKENS output tokens. Returns the
+    scenario records and the greedy output token ids of the sequential scenario (for the
+    HF/vLLM agreement check)."""
     records, outputs = [], {}
-    for index, scenario in enumerate(scenarios):
+    longest: dict[int, int] = {}  # batch size -> the longest output the engine has run at it
+    for scenario in scenarios:
         record = ScenarioRecord(scenario)
-        cut = WARMUP_MAX_TOKENS if index else math.inf
-        warmup = [dict(r, max_tokens=min(r["max_tokens"], cut)) for r in scenario.batches[0]]
+        first = scenario.batches[0]
+        cut = WARMUP_MAX_TOKENS if covered(first, longest) else math.inf
+        warmup = [dict(r, max_tokens=min(r["max_tokens"], cut)) for r in first]
         for _ in range(warmup_runs):
             runner.run_batch(warmup)
         kv_tokens_held = None
@@ -202,6 +212,9 @@ def run_scenarios(
                         outputs.update({r["id"]: ids for r, ids in zip(batch, run.token_ids)})
                 duration = CLOCK() - started
             record.add_repeat(results, duration, rss.peak)
+        for batch in scenario.batches:
+            size = len(batch)
+            longest[size] = max(longest.get(size, 0), max(r["max_tokens"] for r in batch))
         if kv_tokens_held is not None:
             record.extra["kv_cache_tokens_held"] = kv_tokens_held
             record.extra["kv_cache_bytes_held"] = kv_tokens_held * kv_bytes_per_token
