@@ -1,6 +1,7 @@
-"""Benchmark: do the offline stages' warm-ups (run_scenarios: a scenario's first group whole,
-or cut to infbench.workload.requests.WARMUP_MAX_TOKENS output tokens where the engine already
-ran a group as large) warm an engine as well as whole warm-ups of every scenario? Each trial is a fresh process (a new
+"""Benchmark: do the offline stages' warm-ups (run_scenarios: a scenario's first group cut to
+infbench.workload.requests.WARMUP_MAX_TOKENS output tokens where an earlier scenario ran a
+group of its size with prompts and outputs at least as long, whole otherwise) warm an engine
+as well as whole warm-ups of every scenario? Each trial is a fresh process (a new
 engine, as a stage is), the two alternating, who goes first alternating by round, through the
 offline stages' own scenarios on the given workload. Printed per scenario and warm-up, the
 median over trials of
@@ -35,7 +36,7 @@ WHOLE = 10**9  # a cut no request reaches: the whole first group
 
 def trial(args) -> dict:
     """One fresh engine through the offline stages' scenarios (run_scenarios, one warm-up
-    each), their later warm-ups cut to `args.cut` output tokens."""
+    each), the warm-ups of covered groups cut to `args.cut` output tokens."""
     from infbench.engines.settings import pin_process, vllm_engine_args
     from infbench.offline import scenarios
 
@@ -77,6 +78,8 @@ def main():
     args = parser.parse_args()
     if args.repeats < 2 or args.trials < 2:
         parser.error("--repeats and --trials must be at least 2: the excess needs later repeats, the interval trials")
+    if (args.cut is None) != (args.out is None):
+        parser.error("--cut and --out are a trial's own arguments: give both or neither")
     if args.cut is not None:
         Path(args.out).write_text(json.dumps(trial(args)))
         return

@@ -117,14 +117,20 @@ def test_a_warmup_runs_whole_until_the_engine_ran_a_group_as_large_and_the_repea
             results = [RequestResult(r["id"], 4, r["max_tokens"], 0.01, 0.1) for r in batch]
             return BatchRun(results, [[1] * r["max_tokens"] for r in batch])
 
-    requests = [{"id": f"r{i}", "prompt": "p", "max_tokens": tokens} for i, tokens in enumerate([100, 8, 50])]
+    requests = [{"id": f"r{i}", "prompt": "p", "prompt_tokens": 4, "max_tokens": n} for i, n in enumerate([100, 8, 50])]
     batched = Scenario("batched", "static_batch", [requests[:2], requests[2:]])
-    single = Scenario("single", "single", [[dict(requests[0], max_tokens=60)]])
+    longer = Scenario("single", "single", [[dict(requests[0], max_tokens=60)]])
+    shorter = Scenario("single", "single", [[dict(requests[0], max_tokens=40)]])
+    longer_prompt = Scenario("single", "single", [[dict(requests[0], max_tokens=40, prompt_tokens=9)]])
     runner = Recorder()
-    run_scenarios(runner, [batched, batched, single], warmup_runs=1, repeats=2, kv_bytes_per_token=1)
+    run_scenarios(
+        runner, [batched, batched, longer, shorter, longer_prompt], warmup_runs=1, repeats=2, kv_bytes_per_token=1
+    )
     timed = [[100, 8], [50]] * 2  # the timed repeats: every group, whole
     assert runner.calls == [
         *([[100, 8]] + timed),  # a pair never run before: warmed whole
         *([[WARMUP_MAX_TOKENS, 8]] + timed),  # a pair of 100 ran: cut
         [60], [60], [60],  # one request of 60: longer than the 50 run alone, warmed whole
+        [WARMUP_MAX_TOKENS], [40], [40],  # 40 after 60 and 50 alone: cut
+        [40], [40], [40],  # the same output after a longer prompt than any run: whole
     ]  # fmt: skip

@@ -172,29 +172,36 @@ class Runner(Protocol):
     def engine_report(self) -> dict: ...
 
 
-def covered(group: list[dict], longest: dict[int, int]) -> bool:
-    """The engine already ran a group of this size with an output at least as long as this
-    one's longest: what a first run allocates and touches (a padded cache grown token by token
-    in HF, pages of the heap) is in place, so a warm-up needs only the group's shape. The
-    first run at a size and length is warmed whole, as vLLM's benchmark_latency warms with
-    whole iterations."""
-    return longest.get(len(group), 0) >= max(r["max_tokens"] for r in group)
+def group_extent(group: list[dict]) -> tuple[int, int]:
+    """A group's longest prompt and longest output, in tokens: what its padded cache spans."""
+    return max(r["prompt_tokens"] for r in group), max(r["max_tokens"] for r in group)
+
+
+def covered(group: list[dict], ran: dict[int, list[tuple[int, int]]]) -> bool:
+    """An earlier scenario ran a group of this size whose longest prompt and longest output
+    were each at least this one's: what a first run allocates and touches (a padded cache
+    grown token by token in HF, pages of the heap) is in place, so a warm-up needs only the
+    group's shape. Otherwise it runs whole, as vLLM's benchmark_latency warms with whole
+    iterations."""
+    prompt, output = group_extent(group)
+    return any(p >= prompt and o >= output for p, o in ran.get(len(group), []))
 
 
 def run_scenarios(
     runner: Runner, scenarios: list[Scenario], warmup_runs: int, repeats: int, kv_bytes_per_token: int
 ) -> tuple[list[dict], dict]:
     """Every scenario: `warmup_runs` untimed calls on its first group, then `repeats` timed
-    passes over all its groups. A warm-up runs the group whole unless the engine already ran
-    one as large (covered), and is then cut to WARMUP_MAX_TOKENS output tokens. Returns the
+    passes over all its groups. A warm-up is cut to WARMUP_MAX_TOKENS output tokens where an
+    earlier scenario ran a group of the same size with prompts and outputs at least as long
+    (covered), and runs the group whole otherwise. Returns the
     scenario records and the greedy output token ids of the sequential scenario (for the
     HF/vLLM agreement check)."""
     records, outputs = [], {}
-    longest: dict[int, int] = {}  # batch size -> the longest output the engine has run at it
+    ran: dict[int, list[tuple[int, int]]] = {}  # group size -> the extents of the groups timed
     for scenario in scenarios:
         record = ScenarioRecord(scenario)
         first = scenario.batches[0]
-        cut = WARMUP_MAX_TOKENS if covered(first, longest) else math.inf
+        cut = WARMUP_MAX_TOKENS if covered(first, ran) else math.inf
         warmup = [dict(r, max_tokens=min(r["max_tokens"], cut)) for r in first]
         for _ in range(warmup_runs):
             runner.run_batch(warmup)
@@ -213,8 +220,7 @@ def run_scenarios(
                 duration = CLOCK() - started
             record.add_repeat(results, duration, rss.peak)
         for batch in scenario.batches:
-            size = len(batch)
-            longest[size] = max(longest.get(size, 0), max(r["max_tokens"] for r in batch))
+            ran.setdefault(len(batch), []).append(group_extent(batch))
         if kv_tokens_held is not None:
             record.extra["kv_cache_tokens_held"] = kv_tokens_held
             record.extra["kv_cache_bytes_held"] = kv_tokens_held * kv_bytes_per_token

@@ -130,7 +130,7 @@ def view(hf: dict | None, vllm: dict | None, comparison: dict | None) -> dict | 
         "threads": settings["threads"],
         "pinned_cpus": ", ".join(str(cpu) for cpu in settings["pinned_cpus"]),
         "warmup_runs": settings["warmup_runs"],
-        "warmup_max_tokens": settings["warmup_max_tokens"],
+        "warmup_max_tokens": settings.get("warmup_max_tokens"),  # absent: an older run, warm-ups whole
         "repeats": settings["repeats"],
         "prefix_caching": "on" if settings["prefix_caching"] else "off",
         "engine_reports": [
