@@ -4,7 +4,6 @@ and the bookkeeping they share: RSS sampling and per-scenario summaries."""
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -193,16 +192,15 @@ def run_scenarios(
     """Every scenario: `warmup_runs` untimed calls on its first group, then `repeats` timed
     passes over all its groups. A warm-up is cut to WARMUP_MAX_TOKENS output tokens where an
     earlier scenario ran a group of the same size with prompts and outputs at least as long
-    (covered), and runs the group whole otherwise. Returns the
-    scenario records and the greedy output token ids of the sequential scenario (for the
-    HF/vLLM agreement check)."""
+    (covered), and runs the group whole otherwise. Returns the scenario records and the greedy
+    output token ids of the sequential scenario (for the HF/vLLM agreement check)."""
     records, outputs = [], {}
     ran: dict[int, list[tuple[int, int]]] = {}  # group size -> the extents of the groups timed
     for scenario in scenarios:
         record = ScenarioRecord(scenario)
-        first = scenario.batches[0]
-        cut = WARMUP_MAX_TOKENS if covered(first, ran) else math.inf
-        warmup = [dict(r, max_tokens=min(r["max_tokens"], cut)) for r in first]
+        warmup = scenario.batches[0]
+        if covered(warmup, ran):
+            warmup = [dict(r, max_tokens=min(r["max_tokens"], WARMUP_MAX_TOKENS)) for r in warmup]
         for _ in range(warmup_runs):
             runner.run_batch(warmup)
         kv_tokens_held = None

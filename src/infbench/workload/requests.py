@@ -23,9 +23,9 @@ from infbench.workload.traces import MOONCAKE_BLOCK_TOKENS, read_trace
 STUDY_SINGLE_PROMPT = "Explain what a large language model is in simple terms."
 STUDY_API_PROMPT = "What is inference in machine learning?"
 
-# Warm-up requests (offline scenarios and serving passes alike) are cut to this many output
-# tokens: enough to run a batch shape through prefill and decode, short enough to cost a
-# second or two; a full-length warm-up repeats the timed work without warming anything more.
+# Warm-up requests are cut to this many output tokens: enough to run a batch shape through
+# prefill and decode, short enough to cost a second or two. The serving passes' always are; the
+# offline scenarios' only where the engine already ran a group as large (scenarios.covered).
 WARMUP_MAX_TOKENS = 16
 
 # Mean prompt / output lengths reported by the PagedAttention paper for its traces.
