@@ -35,6 +35,8 @@ def main(stage):
     # The client's ceiling on this machine, before any engine runs: the reference server and
     # this client alone (a few seconds), with no idle server of the run beside it (serve starts
     # its own fresh).
+    if endpoint:
+        server.check()  # a wrong key or address stops the stage now, not after the calibration
     stop_all(anchor=run_anchor())
     ceiling = calibrate(stage.log.calibration)
     with server:

@@ -112,6 +112,7 @@ def test_an_external_endpoint_is_measured_with_the_users_prompts_and_its_key_is_
     wrong = run_with_key(workdir, "sk-wrong", "results/tiny/load.json", check=False)
     assert wrong.returncode != 0 and "refused the request (HTTP 401)" in wrong.stderr
     assert not (workdir / "results/tiny/load.json").exists()
+    assert "client ceiling" not in (workdir / "logs/serve/tiny.log").read_text()  # refused before the calibration
 
     run_with_key(workdir, key)
     results = workdir / "results/tiny"

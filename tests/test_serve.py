@@ -255,6 +255,9 @@ def test_port_in_use_is_refused_before_starting(tmp_path, tiny_model, default_co
 
 def serve_workdir(tmp_path, tiny_model, window_s=1) -> Path:
     config = tiny_config(tiny_model, load={"concurrency": [4], "request_rates": [], "window_s": window_s})
+    # Enough for the seconds these tests hold a level (c=4 sends about 25 requests a second), and
+    # few enough that a killed server's level fails through its pool quickly.
+    config["workload"]["pool_requests"] = 300
     write_config(tmp_path, config)
     snakemake(tmp_path, "--cores", "2", "results/tiny/workload.jsonl")
     return tmp_path
