@@ -219,8 +219,14 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         assert probe["passes"] == len(passes) >= 1
         assert probe["requests"] == sum(p["requests"] for p in passes)
         assert probe["sent"] == sum(p["sent"] for p in passes) > probe["requests"]  # the ramp is not counted
-        for one in passes:  # a window of its time and its requests, unless the pool ran out
+        for one in passes:  # a window of its time and its requests, unless the pool ran out or it was missed
             opened, closed = one["window_s"]
+            if one.get("settled_early"):  # its time, and fewer requests: the probe was missed by then
+                assert (
+                    closed - opened >= probe["window"]["seconds"] and one["requests"] < probe["window"]["min_requests"]
+                )
+                assert probe["decision"] == "missed" and one is passes[-1]
+                continue
             assert one["supply_exhausted"] or (
                 closed - opened >= probe["window"]["seconds"] and one["requests"] >= probe["window"]["min_requests"]
             )

@@ -7,7 +7,14 @@ import asyncio
 import pytest
 from conftest import check_probes
 
-from infbench.capacity.slo_capacity import CapacityProbes, pass_record, search_capacity
+from infbench.capacity.slo_capacity import (
+    CapacityProbes,
+    decision,
+    missed_whatever_follows,
+    pass_record,
+    search_capacity,
+)
+from infbench.core.metrics import RequestResult
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import load_request
 from infbench.serving.reference_server import ReferenceServer, Schedule
@@ -201,3 +208,50 @@ def test_a_rate_the_client_cannot_send_is_never_met(tmp_path):
     assert not fast.met and not fast.decided and fast.record["decision"] == "undecided"
     records = [probe.record | {"met": probe.met, "decided": probe.decided} for probe in (slow, fast)]
     check_probes(records, settings, 0.9)
+
+
+def test_a_window_waiting_only_on_its_request_count_ends_once_the_probe_is_missed_whatever_follows(tmp_path):
+    """Every request misses a 5 ms TPOT (tokens 10 ms apart): at c=1 the window's 0.1 s are up
+    after one request, and it closes once eight misses make the probe missed even if the
+    rest of its 40 had met; a probe whose requests meet the SLO still counts all 40."""
+    schedule = Schedule(ttft_ms=5, itl_ms=10, max_num_seqs=8)
+    rows = [{**row, "max_tokens": 4, "api": "completions"} for row in ROWS]
+    settings = {"attainment": 0.9, "window_s": 0.1, "window_requests": 40, "repeats": 3}
+    load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 5}}
+    lines = []
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        missed = CapacityProbes(server, rows, rows, settings, load, seed=0, timeout_s=5, progress=lines.append)
+        missing = missed.probe("concurrency", 1)
+        meeting = CapacityProbes(
+            server, rows, rows, settings, {**load, "slo_ms": {"tpot": 1000}}, seed=0, timeout_s=5, progress=lines.append
+        ).probe("concurrency", 1)
+    (early,) = missing.record["pass_records"]
+    assert early["settled_early"] and early["met_slo"] == 0 and early["requests"] < 12, early
+    assert missing.decided and missing.record["decision"] == "missed" and "ended once missed" in lines[0]
+    # The first window's count that decides: 40 less the fewest misses that make 40 a miss.
+    fewest = min(f for f in range(41) if decision(40 - f, 40, 0.9) == "missed")
+    assert early["requests"] in (fewest, fewest + 1)  # the request in flight when the window closed is counted
+    (whole,) = meeting.record["pass_records"]
+    assert not whole["settled_early"] and whole["requests"] == 40 and meeting.record["decision"] == "met"
+    records = [probe.record | {"met": probe.met, "decided": probe.decided} for probe in (missing, meeting)]
+    check_probes(records, settings, 0.9)
+
+
+def test_a_window_settles_only_where_every_outcome_of_the_rest_misses_and_closing_keeps_the_miss():
+    """missed_whatever_follows against brute force over prior passes and planned counts: settled
+    exactly when every count of meets among the requests not yet seen to miss gives a missed
+    probe, and then closing with any fewer counted requests (the same misses) is missed too."""
+    miss = RequestResult("r", 2, 3, ttft=0.0, e2el=1.0)  # TPOT 500 ms
+    for prior_counted in (0, 10, 40):
+        for prior_met in range(0, prior_counted + 1, 5):
+            for planned in (10, 40):
+                for misses in range(planned + 1):
+                    settled = missed_whatever_follows(prior_met, prior_counted, planned, 0.9, {"tpot": 100})
+                    fixed = all(
+                        decision(prior_met + meets, prior_counted + planned, 0.9) == "missed"
+                        for meets in range(planned - misses + 1)
+                    )
+                    assert settled([miss] * misses) == fixed, (prior_met, prior_counted, planned, misses)
+                    if fixed:
+                        for counted in range(misses, planned + 1):
+                            assert decision(prior_met + counted - misses, prior_counted + counted, 0.9) == "missed"

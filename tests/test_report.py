@@ -338,6 +338,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "behind_share": "90%",
         "window": {"seconds": 10, "requests": 40, "repeats": 3},
         "rate_window_s": None,
+        "settled_early": "in this run: c=1",
         "estimate_method": "a fit",
         "reproducibility": None,
         "summary": pd.DataFrame(),

@@ -12,7 +12,10 @@ replacement, never twice in one probe.
                 wholly below it or the server fell behind (open loop: its queue growing over
                 the window, or it completed under SATURATED_SHARE of the rate requests were
                 sent at), else undecided: another pass, up to capacity.repeats; a probe still
-                undecided then is met or missed by its point estimate and marked undecided
+                undecided then is met or missed by its point estimate and marked undecided;
+                a pass whose window is past capacity.window_s and waits only on
+                capacity.window_requests ends as soon as its finished requests' misses make
+                the probe missed however the rest would do (missed_whatever_follows)
     capacity    the last met load of the bracket, and (`estimate`) the load where attainment
                 fitted over every probe crosses the target, with a bootstrap 95 % interval
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from dataclasses import replace
 
 from infbench.capacity.estimate import capacity_estimate, reproducibility
 from infbench.capacity.search import Probe, binding_limit, interleaved, search, wilson_interval
@@ -66,6 +70,19 @@ def decision(met: int, counted: int, target: float, saturated: bool = False, cli
     if saturated or high < target:
         return "missed"
     return "met" if low >= target and not client_behind else "undecided"
+
+
+def missed_whatever_follows(prior_met: int, prior_counted: int, planned: int, target: float, slo_ms: dict):
+    """A pass's curtailment: once its window is due to count `planned` requests, the probe is
+    missed (its pooled interval below the target) even if every one of them not yet seen to miss
+    met the SLO. The Wilson interval's upper end rises with each request that meets, so the
+    fewer requests counted when the window closes early keep the decision missed."""
+
+    def settled(finished) -> bool:
+        misses = sum(not meets_slo(r, slo_ms) for r in finished)
+        return decision(prior_met + planned - misses, prior_counted + planned, target) == "missed"
+
+    return settled
 
 
 def send_lag_growth_s(run: WindowRun) -> float | None:
@@ -109,6 +126,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "requests": len(counted),
         "supply_exhausted": run.exhausted,
         "met_slo": sum(meets_slo(r, slo_ms) for r in counted),
+        "settled_early": run.settled_early,
         "failed": summary["failed"],
         "duration_s": run.ended_s,
         "output_throughput": output_tokens / window if window else 0.0,
@@ -320,7 +338,9 @@ class CapacityProbes:
         passes, pooled = [], []
         for index in range(repeats):
             requests = iter([load_request(r, index) for r in self.trace_rows]) if replay else supply
-            run = self.run(requests, window, concurrency, arrivals, self.seed + index)
+            prior = (sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes))
+            settled = missed_whatever_follows(*prior, window.min_requests, target, slo_ms)
+            run = self.run(requests, replace(window, settled=settled), concurrency, arrivals, self.seed + index)
             if not run.counted_results and not replay:
                 raise CapacityError(
                     f"the request pool ran out before the window of probe {mode} {load:g} counted a request "
@@ -370,6 +390,7 @@ class CapacityProbes:
                 else ""
             )
             + (" (the request pool ran out: raise workload.pool_requests)" if record["supply_exhausted"] else "")
+            + (" (its window ended once missed)" if any(p["settled_early"] for p in passes) else "")
         )
         return Probe(load, met, record, decided=verdict != "undecided", client_behind=record["client_behind"])
 

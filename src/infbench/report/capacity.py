@@ -107,6 +107,22 @@ def search_rows(capacity: dict) -> list[dict]:
     return rows
 
 
+def settled_early(probe: dict) -> bool:
+    """A pass of the probe closed its window before its request count: the probe was missed."""
+    return any(p.get("settled_early") for p in probe["pass_records"])
+
+
+def settled_early_note(capacity: dict) -> str | None:
+    """Which probes' windows ended early, in this run's words; None where none did."""
+    loads = [
+        load_text(mode, probe["load"])
+        for mode in ("concurrency", "request_rate")
+        for probe in (capacity.get(mode) or {}).get("probes", [])
+        if settled_early(probe)
+    ]
+    return f"in this run: {', '.join(loads)}" if loads else None
+
+
 def probe_table(capacity: dict) -> pd.DataFrame:
     rows = []
     for mode in ("concurrency", "request_rate"):
@@ -122,9 +138,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                         if probe["decision"] != "undecided"
                         else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
                     )
-                    + (
-                        ", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else ""
-                    ),
+                    + (", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else "")
+                    + (", its window ended once missed" if settled_early(probe) else ""),
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
                     "counted / sent": f"{probe['requests']} / {probe['sent']}",
@@ -295,6 +310,7 @@ def view(capacity: dict | None) -> dict | None:
         "summary": pd.DataFrame(search_rows(capacity)),
         "figures": figures,
         "window": {"seconds": window["window_s"], "requests": window["window_requests"], "repeats": window["repeats"]},
+        "settled_early": settled_early_note(capacity),
         "rate_window_s": fmt(capacity["request_rate"]["probes"][0]["window"]["seconds"], 1)
         if capacity.get("request_rate")
         else None,

@@ -8,7 +8,9 @@ last counted one, and only requests that lived their whole life under that load 
               pass), or an open loop's cap; one for an uncapped open loop (after about one
               latency the requests in flight reach rate x latency, Little's law)
     window    opens when the ramp ends and closes `seconds` later, or once `min_requests`
-              requests were sent in it, whichever is later
+              requests were sent in it, whichever is later; once its seconds are up (so it
+              will count exactly `min_requests`), it closes as soon as the counted requests
+              finished so far fix its outcome whatever the rest do, where `settled` says so
     counted   the requests sent while the window was open
     hold      after the window closes, slots are refilled (closed loop) or the schedule goes on
               (open loop) until every counted request has finished; then nothing more is sent,
@@ -28,7 +30,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
@@ -40,6 +42,10 @@ from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedR
 class Window:
     seconds: float
     min_requests: int = 0
+    # Given the counted requests' results that finished, whether the window's outcome at
+    # min_requests is already fixed (the capacity probes' curtailment: a decided miss at a low
+    # concurrency is not waited for, request after request, on a slow machine); None: never.
+    settled: Callable[[list], bool] | None = None
 
 
 @dataclass
@@ -57,6 +63,7 @@ class WindowRun:
     # scheduled, seconds; a wait for a free slot is not in it), in send order.
     counted_send_lags_s: list[float] | None = None
     client_cpu_s: float = 0.0  # this process's CPU seconds over the pass
+    settled_early: bool = False  # the window closed before min_requests: its outcome was fixed
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -115,6 +122,7 @@ class _Pass:
         self.opened = self.closed = None
         self.exhausted = False
         self.cut_short = False  # the supply or schedule ran out before the window was whole
+        self.settled_early = False
         self.done = asyncio.Event()
 
     def now(self) -> float:
@@ -150,7 +158,20 @@ class _Pass:
             self.opened = self.now()
         if index in self.counted:
             self.in_flight_counted -= 1
+            self.settle()
         self.check_done()
+
+    def settle(self) -> None:
+        """Past its seconds, the window closes at min_requests counted: it closes now where the
+        counted requests finished so far fix its outcome whatever the others would do."""
+        settled = self.window.settled
+        if settled is None or self.opened is None or self.closed is not None:
+            return
+        if self.now() - self.opened < self.window.seconds or len(self.counted) >= self.window.min_requests:
+            return
+        if settled([self.results[i].result for i in sorted(self.counted) if i in self.results]):
+            self.closed = self.now()
+            self.settled_early = True
 
     def stop_sending(self) -> None:
         """The supply ran dry: nothing more is sent; the window closes now if it was open."""
@@ -296,6 +317,7 @@ async def run_window(
         sent=state.sent,
         counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets else None,
         client_cpu_s=cpu_s,
+        settled_early=state.settled_early,
     )
 
 
