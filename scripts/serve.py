@@ -32,11 +32,11 @@ def main(stage):
         notes.append("load.trace_scales: no trace levels, the trace's kept requests all arrive at one instant")
     if params.load["chat_concurrency"] and not has_chat_template(tokenizer):
         notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
+    if endpoint:
+        server.check()  # a wrong key or address stops the stage now, not after the calibration
     # The client's ceiling on this machine, before any engine runs: the reference server and
     # this client alone (a few seconds), with no idle server of the run beside it (serve starts
     # its own fresh).
-    if endpoint:
-        server.check()  # a wrong key or address stops the stage now, not after the calibration
     stop_all(anchor=run_anchor())
     ceiling = calibrate(stage.log.calibration)
     with server:

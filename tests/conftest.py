@@ -221,7 +221,14 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         assert probe["sent"] == sum(p["sent"] for p in passes) > probe["requests"]  # the ramp is not counted
         for one in passes:  # a window of its time and its requests, unless the pool ran out or it was missed
             opened, closed = one["window_s"]
-            if one.get("settled_early"):  # its time, and fewer requests: the probe was missed by then
+            if one.get("settled_early"):  # its time, and fewer requests: the probe was missed by then,
+                # pooled with the windows before, whatever the rest of this one's requests did
+                index = passes.index(one)
+                prior_met = sum(p["met_slo"] for p in passes[:index])
+                prior_n = sum(p["requests"] for p in passes[:index])
+                best = prior_met + probe["window"]["min_requests"] - (one["requests"] - one["met_slo"])
+                assert wilson_95(best, prior_n + probe["window"]["min_requests"])[1] < target
+                assert wilson_95(probe["met_slo"], probe["requests"])[1] < target
                 assert (
                     closed - opened >= probe["window"]["seconds"] and one["requests"] < probe["window"]["min_requests"]
                 )

@@ -16,7 +16,9 @@
 
 The interval treats a probe's counted requests as independent given its load: it holds the
 sampling noise of the windows measured, not the machine's drift between runs, and it is
-read after a search that looked at each probe up to capacity.repeats times.
+read after a search that looked at each probe up to capacity.repeats times. A missed probe's
+window may have closed at a decided miss (window.settled_early), which reads its attainment
+slightly low (docs/method.md: at most about 0.03), so the crossing sits a little low.
 """
 
 from __future__ import annotations
