@@ -185,7 +185,7 @@ def test_tiny_config_merges_the_overlay_as_snakemake_does(tmp_path):
     config = tiny_config(tmp_path)
     assert config == expected
     # Mappings merge key by key, lists are replaced whole.
-    assert config["load"]["slo_ms"] == {"ttft": 250, "tpot": 30} and config["load"]["concurrency"] == [1, 4]
+    assert config["load"]["slo_ms"] == {"ttft": 250, "tpot": 45} and config["load"]["concurrency"] == [1, 4]
     assert config["prefix_caching"]["shared_prefix"] == {"groups": 2, "tokens": 160, "requests": 8}
     (tmp_path / "config.json").write_text("{}")
     validate_config(config, SCHEMA, REPO)
