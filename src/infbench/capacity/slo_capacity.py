@@ -336,10 +336,10 @@ class CapacityProbes:
         supply = None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load["slo_ms"], self.settings["repeats"]
         passes, pooled = [], []
+        met = counted = 0  # pooled over the passes so far
         for index in range(repeats):
             requests = iter([load_request(r, index) for r in self.trace_rows]) if replay else supply
-            prior = (sum(p["met_slo"] for p in passes), sum(p["requests"] for p in passes))
-            settled = missed_whatever_follows(*prior, window.min_requests, target, slo_ms)
+            settled = missed_whatever_follows(met, counted, window.min_requests, target, slo_ms)
             run = self.run(requests, replace(window, settled=settled), concurrency, arrivals, self.seed + index)
             if not run.counted_results and not replay:
                 raise CapacityError(
