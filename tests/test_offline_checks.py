@@ -134,3 +134,44 @@ def test_a_warmup_runs_whole_until_the_engine_ran_a_group_as_large_and_the_repea
         [WARMUP_MAX_TOKENS], [40], [40],  # 40 after 60 and 50 alone: cut
         [40], [40], [40],  # the same output after a longer prompt than any run: whole
     ]  # fmt: skip
+
+
+def test_the_default_runs_the_studys_single_longest_first_and_its_shorter_warmup_is_cut():
+    """benchmark.workload_scenarios off (the default): both engines run the study's single
+    request alone at each length, longest first, so that the shorter one's warm-up is covered
+    and cut; the agreement check's greedy outputs are then the single's longest run. On, the
+    workload's scenarios follow, and the outputs of every request run alone are kept."""
+    from infbench.core.metrics import RequestResult
+    from infbench.offline.scenarios import BatchRun, build_scenarios, run_scenarios
+    from infbench.workload.requests import WARMUP_MAX_TOKENS
+
+    class Recorder:
+        name, timing = "fake", {}
+
+        def __init__(self):
+            self.calls = []
+
+        def run_batch(self, batch):
+            self.calls.append([(r["id"], r["max_tokens"]) for r in batch])
+            results = [RequestResult(r["id"], 4, r["max_tokens"], 0.01, 0.1) for r in batch]
+            return BatchRun(results, [[len(r["id"])] * r["max_tokens"] for r in batch])
+
+    workload = [
+        {"id": "api", "kind": "study_api", "prompt": "p", "prompt_tokens": 7, "max_tokens": 50},
+        {"id": "single", "kind": "study_single", "prompt": "p", "prompt_tokens": 11, "max_tokens": 100},
+        {"id": "synthetic", "kind": "synthetic", "prompt": "p", "prompt_tokens": 15, "max_tokens": 74},
+    ]
+    default = build_scenarios(workload, [50, 100], [2], continuous=True, workload_scenarios=False)
+    assert [s.name for s in default] == ["study_single_100", "study_single_50"]
+    runner = Recorder()
+    _, outputs = run_scenarios(runner, default, warmup_runs=1, repeats=2, kv_bytes_per_token=1)
+    assert runner.calls == [
+        [("single", 100)], [("single", 100)], [("single", 100)],  # the first of its size: warmed whole
+        [("single", WARMUP_MAX_TOKENS)], [("single", 50)], [("single", 50)],  # covered by the 100: cut
+    ]  # fmt: skip
+    assert {rid: len(ids) for rid, ids in outputs.items()} == {"single": 100}
+
+    full = build_scenarios(workload, [50, 100], [2], continuous=True, workload_scenarios=True)
+    assert [s.kind for s in full] == ["single", "single", "sequential", "static_batch", "continuous"]
+    _, outputs = run_scenarios(Recorder(), full, warmup_runs=1, repeats=2, kv_bytes_per_token=1)
+    assert {rid: len(ids) for rid, ids in outputs.items()} == {"single": 100, "api": 50, "synthetic": 74}

@@ -25,6 +25,7 @@ def test_a_pass_is_ramp_window_and_hold_and_its_window_is_the_longer_of_time_and
 
 def test_the_plan_follows_the_config_and_an_earlier_runs_latencies(tmp_path):
     config = default_config()
+    config["load"].update(concurrency=[1, 8], request_rates=[1.0])  # config/full.yaml's levels
     earlier = {
         "levels": [
             {"api": "completions", "mode": "concurrency", "max_concurrency": 1, "request_rate": "inf",

@@ -48,17 +48,24 @@ class Scenario:
 
 
 def build_scenarios(
-    workload: list[dict], study_max_new_tokens: list[int], batch_sizes: list[int], continuous: bool
+    workload: list[dict],
+    study_max_new_tokens: list[int],
+    batch_sizes: list[int],
+    continuous: bool,
+    workload_scenarios: bool = True,
 ) -> list[Scenario]:
-    """The scenarios of issue 3: the study's single request at each length, the whole workload
-    one request at a time, static batches, and (vLLM only) everything submitted at once."""
+    """The study's single request at each length, longest first (a shorter one's warm-up is
+    then covered and cut); with `workload_scenarios`, the whole workload one request at a time,
+    in static batches, and (vLLM only, `continuous`) everything submitted at once."""
     scenarios = []
     single = next((r for r in workload if r["kind"] == "study_single"), workload[0])
-    for tokens in study_max_new_tokens:
+    for tokens in sorted(study_max_new_tokens, reverse=True):
         request = dict(single, max_tokens=tokens)
         scenarios.append(
             Scenario(f"study_single_{tokens}", "single", [[request]], f"the study's prompt, {tokens} new tokens, alone")
         )
+    if not workload_scenarios:
+        return scenarios
     scenarios.append(
         Scenario(
             "workload_sequential",
@@ -186,6 +193,12 @@ def covered(group: list[dict], ran: dict[int, list[tuple[int, int]]]) -> bool:
     return any(p >= prompt and o >= output for p, o in ran.get(len(group), []))
 
 
+def keep_longest(outputs: dict[str, list[int]], request_id: str, token_ids: list[int]) -> None:
+    """Keep a request's longest greedy output: the study's prompt runs alone at each length."""
+    if len(token_ids) > len(outputs.get(request_id, ())):
+        outputs[request_id] = list(token_ids)
+
+
 def run_scenarios(
     runner: Runner, scenarios: list[Scenario], warmup_runs: int, repeats: int, kv_bytes_per_token: int
 ) -> tuple[list[dict], dict]:
@@ -193,7 +206,8 @@ def run_scenarios(
     passes over all its groups. A warm-up is cut to WARMUP_MAX_TOKENS output tokens where an
     earlier scenario ran a group of the same size with prompts and outputs at least as long
     (covered), and runs the group whole otherwise. Returns the scenario records and the greedy
-    output token ids of the sequential scenario (for the HF/vLLM agreement check)."""
+    output token ids of every request run alone (a single or the sequential scenario, the
+    longest run of each), for the HF/vLLM agreement check: unbatched, so unpadded in HF."""
     records, outputs = [], {}
     ran: dict[int, list[tuple[int, int]]] = {}  # group size -> the extents of the groups timed
     for scenario in scenarios:
@@ -213,8 +227,8 @@ def run_scenarios(
                     results += run.results
                     if run.kv_tokens_held is not None:
                         kv_tokens_held = max(kv_tokens_held or 0, run.kv_tokens_held)
-                    if scenario.kind == "sequential" and repeat == 0:
-                        outputs.update({r["id"]: ids for r, ids in zip(batch, run.token_ids)})
+                    if len(batch) == 1 and repeat == 0:
+                        keep_longest(outputs, batch[0]["id"], run.token_ids[0])
                 duration = CLOCK() - started
             record.add_repeat(results, duration, rss.peak)
         for batch in scenario.batches:
@@ -236,7 +250,11 @@ def offline_artifact(
     by the caller). `settings` holds the fair-fight settings recorded for both engines;
     `engine_report` and `timing` are what the engine itself reports and how it was timed."""
     scenarios = build_scenarios(
-        workload, settings["study_max_new_tokens"], settings["batch_sizes"], continuous=engine == "vllm"
+        workload,
+        settings["study_max_new_tokens"],
+        settings["batch_sizes"],
+        continuous=engine == "vllm",
+        workload_scenarios=settings["workload_scenarios"],
     )
     records, outputs = run_scenarios(
         runner, scenarios, settings["warmup_runs"], settings["repeats"], kv_bytes_per_token
@@ -268,6 +286,7 @@ def fair_settings(
         "repeats": benchmark["repeats"],
         "study_max_new_tokens": benchmark["study_max_new_tokens"],
         "batch_sizes": benchmark["batch_sizes"],
+        "workload_scenarios": benchmark["workload_scenarios"],
         "seed": seed,
         "prefix_caching": prefix_caching,
     }

@@ -133,6 +133,8 @@ def view(hf: dict | None, vllm: dict | None, comparison: dict | None) -> dict | 
         "warmup_max_tokens": settings.get("warmup_max_tokens"),  # absent: an older run, warm-ups whole
         "repeats": settings["repeats"],
         "prefix_caching": "on" if settings["prefix_caching"] else "off",
+        # False: the study's single request alone; absent: an older run, whose workload ran too.
+        "workload_scenarios": settings.get("workload_scenarios", True),
         "engine_reports": [
             {
                 "engine": "HF" if a["engine"] == "hf" else "vLLM",
