@@ -189,3 +189,16 @@ def test_tiny_config_merges_the_overlay_as_snakemake_does(tmp_path):
     assert config["prefix_caching"]["shared_prefix"] == {"groups": 2, "tokens": 160, "requests": 8}
     (tmp_path / "config.json").write_text("{}")
     validate_config(config, SCHEMA, REPO)
+
+
+def test_the_full_overlay_is_valid_and_names_only_what_it_changes():
+    """config/full.yaml, merged over the defaults as `--configfile config/config.yaml
+    config/full.yaml` merges it, is a valid config that turns on what the default leaves out."""
+    from snakemake.utils import update_config
+
+    overlay = yaml.safe_load((REPO / "config" / "full.yaml").read_text())
+    assert unchanged_keys(overlay, default_config_filled()) == []
+    config = load_default_config()
+    update_config(config, overlay)
+    validated = validate_config(config, SCHEMA, REPO)
+    assert validated["benchmark"]["workload_scenarios"] and validated["load"]["concurrency"] == [1, 8]
