@@ -10,8 +10,9 @@ median over trials of
 
 which a warm-up that left work for the timed repeats raises, and the cut arm's excess less
 the whole arm's, paired by round, with its 95 % Student-t interval; then how much shorter the
-untimed time (the warm-ups) is with cut warm-ups (median over trials). The scenarios are the
-default config's (the study's 50 and 100 tokens, static batches of 4).
+untimed time (the warm-ups) is with cut warm-ups (median over trials). The scenarios are
+config/full.yaml's (the study's 100 and 50 tokens, longest first, then the workload's: one at
+a time, static batches of 4 and, for vLLM, all at once).
 
     python scripts/bench_warmup.py --engine hf --model resources/models/smollm2-135m-instruct \\
         --workload results/smollm2-135m-instruct/workload.jsonl --dtype bfloat16 --trials 3
@@ -51,7 +52,9 @@ def trial(args) -> dict:
 
         engine = {"kv_cache_gib": 1.0, "max_model_len": 512, "block_size": 128, "enable_prefix_caching": False}
         runner = VLLMRunner(vllm_engine_args(args.model, args.dtype, engine, 0, "cpu"))
-    built = scenarios.build_scenarios(read_jsonl(args.workload), [50, 100], [4], continuous=args.engine == "vllm")
+    built = scenarios.build_scenarios(
+        read_jsonl(args.workload), [50, 100], [4], continuous=args.engine == "vllm", workload_scenarios=True
+    )
     started = time.perf_counter()
     records, _ = scenarios.run_scenarios(runner, built, 1, args.repeats, 1)
     durations = {r["name"]: [repeat["duration"] for repeat in r["repeats"]] for r in records}

@@ -158,7 +158,7 @@ def test_the_default_runs_the_studys_single_longest_first_and_its_shorter_warmup
 
     workload = [
         {"id": "api", "kind": "study_api", "prompt": "p", "prompt_tokens": 7, "max_tokens": 50},
-        {"id": "single", "kind": "study_single", "prompt": "p", "prompt_tokens": 11, "max_tokens": 100},
+        {"id": "single", "kind": "study_single", "prompt": "p", "prompt_tokens": 11, "max_tokens": 60},
         {"id": "synthetic", "kind": "synthetic", "prompt": "p", "prompt_tokens": 15, "max_tokens": 74},
     ]
     default = build_scenarios(workload, [50, 100], [2], continuous=True, workload_scenarios=False)
@@ -174,4 +174,5 @@ def test_the_default_runs_the_studys_single_longest_first_and_its_shorter_warmup
     full = build_scenarios(workload, [50, 100], [2], continuous=True, workload_scenarios=True)
     assert [s.kind for s in full] == ["single", "single", "sequential", "static_batch", "continuous"]
     _, outputs = run_scenarios(Recorder(), full, warmup_runs=1, repeats=2, kv_bytes_per_token=1)
+    # The single's longest run (100 tokens alone), not its 60 in the sequential scenario.
     assert {rid: len(ids) for rid, ids in outputs.items()} == {"single": 100, "api": 50, "synthetic": 74}

@@ -391,3 +391,36 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         html = env.get_template(f"sections/{name}.html.j2").render(v=view)
         assert not run_together("<body>" + html), name
     assert run_together("<body><p>It ran.Then it stopped.</p>")
+
+
+def test_the_offline_section_says_when_only_the_studys_request_ran():
+    """The default (benchmark.workload_scenarios off) names the batching comparison it left out
+    and where to turn it on; a run with the workload's scenarios does not; both spaced."""
+    env = environment(TEMPLATES)
+    offline = {
+        "dtype": "float32",
+        "threads": 2,
+        "pinned_cpus": "0, 1",
+        "warmup_runs": 1,
+        "warmup_max_tokens": 16,
+        "repeats": 3,
+        "prefix_caching": "off",
+        "workload_scenarios": False,
+        "engine_reports": [{"engine": "HF", "device": "cpu", "dtype": "float32"}],
+        "timing": None,
+        "figures": [],
+        "ratios": None,
+        "rounds": None,
+        "study": {"hardware": "h", "method": "m", "figures": [], "vllm_over_hf": "1.23", "kv_cache_tokens": "1"},
+        "agreement": None,
+        "table": pd.DataFrame(),
+        "engine": None,
+    }
+    template = env.get_template("sections/offline.html.j2")
+    default = template.render(v=offline)
+    full = template.render(v={**offline, "workload_scenarios": True})
+    for html in (default, full):
+        assert not run_together("<body>" + html)
+    said = "the batching comparison (the workload one at a time, in static batches, all at once) is off"
+    assert said in " ".join(default.split()) and "config/full.yaml" in default
+    assert said not in " ".join(full.split()) and "config/full.yaml" not in full

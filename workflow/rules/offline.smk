@@ -5,7 +5,8 @@
 
 
 rule hf_baseline:
-    """Transformers generate(): the study's request, the workload one at a time, static batches."""
+    """Transformers generate(): the study's request alone (and, with benchmark.workload_scenarios, the
+    workload one at a time and in static batches)."""
     output:
         report(
             "results/{model}/hf_baseline.json",
@@ -42,7 +43,8 @@ rule hf_baseline:
 
 
 rule vllm_offline:
-    """vllm.LLM: the same scenarios plus the whole workload at once (continuous batching)."""
+    """vllm.LLM: the same scenarios (with benchmark.workload_scenarios, plus the whole workload at
+    once: continuous batching)."""
     output:
         report(
             "results/{model}/vllm_offline.json",

@@ -52,7 +52,8 @@ def build_scenarios(
     study_max_new_tokens: list[int],
     batch_sizes: list[int],
     continuous: bool,
-    workload_scenarios: bool = True,
+    *,
+    workload_scenarios: bool,
 ) -> list[Scenario]:
     """The study's single request at each length, longest first (a shorter one's warm-up is
     then covered and cut); with `workload_scenarios`, the whole workload one request at a time,

@@ -26,7 +26,8 @@ def overview_row(model: str, artifacts: dict) -> dict:
     if load:
         best = max(load["levels"], key=lambda level: level["across_repeats"]["output_throughput"]["mean"])
         throughput = best["across_repeats"]["output_throughput"]
-        row["server peak output tok/s (level)"] = (
+        # The highest of the serving levels, not the server's peak: the capacity probes go higher.
+        row["highest serving level's output tok/s (level)"] = (
             f"{throughput['mean']:.1f} {interval_text(throughput)} ({level_label(best)})"
         )
     capacity = artifacts.get("slo_capacity")

@@ -112,7 +112,8 @@ def sweep_figures(levels: list[dict], table: pd.DataFrame, tail: int) -> list:
             )
         ax.set_ylabel("end-to-end latency (ms)")
 
-    if not closed.empty:
+    # A curve needs two loads; with one (the default's c=1) the capacity section's probes are the curve.
+    if len(closed) > 1:
         figures.append(
             figure(
                 "Throughput vs latency across the concurrency sweep",
