@@ -234,6 +234,10 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
                 )
                 assert probe["decision"] == "missed" and one is passes[-1]
                 continue
+            if one.get("closed_at_deadline"):  # capacity.max_search_s ran out: fewer requests, the probe's last window
+                assert 1 <= one["requests"] < probe["window"]["min_requests"] and one is passes[-1]
+                assert probe["out_of_time"] or probe["decision"] != "undecided"
+                continue
             assert one["supply_exhausted"] or (
                 closed - opened >= probe["window"]["seconds"] and one["requests"] >= probe["window"]["min_requests"]
             )
@@ -265,4 +269,5 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         # More windows only while undecided (and the client kept up).
         assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])
         if probe["stopped_early"]:
-            assert probe["decided"] or probe["supply_exhausted"] or behind
+            assert probe["decided"] or probe["supply_exhausted"] or behind or probe["out_of_time"]
+        assert not probe["out_of_time"] or not probe["decided"]  # marked only where it left the probe undecided

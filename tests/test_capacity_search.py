@@ -93,6 +93,42 @@ def test_no_passing_load_and_a_passing_ceiling_are_told_apart_and_neither_is_con
     )
 
 
+def test_a_search_out_of_time_starts_no_probe_and_ends_with_the_bracket_it_has():
+    """The budget is checked before each probe but the first: a search that would bisect on ends
+    at its budget with its bracket, out_of_time, not converged; one decided before it ran out
+    keeps its outcome; a first probe runs even with no time at all."""
+    clock = {"probes": 0}
+
+    def probe(c):
+        clock["probes"] += 1
+        return Probe(c, c <= 10)
+
+    def after(n):
+        return lambda: clock["probes"] >= n
+
+    settings = {"start": 4, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    whole = search(probe, **settings)
+    assert (whole.capacity, whole.first_failing, whole.outcome, len(whole.probes)) == (10, 11, "bracketed", 6)
+    clock["probes"] = 0
+    stopped = search(probe, **settings, out_of_time=after(3))  # c=4, 8 and 16: bracketed [8, 16], not bisected
+    assert [p.load for p in stopped.probes] == [4, 8, 16]
+    assert (stopped.capacity, stopped.first_failing, stopped.outcome, stopped.converged) == (8, 16, "out_of_time", False)
+    clock["probes"] = 0
+    doubling = search(probe, **settings, out_of_time=after(2))  # c=4 and 8 met, nothing missed yet
+    assert (doubling.capacity, doubling.first_failing, doubling.outcome) == (8, None, "out_of_time")
+    assert capacity_text("concurrency", doubling.to_json()) == (
+        "at least c=8 (capacity.max_search_s ran out before a load missed the SLO)"
+    )
+    clock["probes"] = 0
+    none_left = search(probe, **settings, out_of_time=lambda: True)
+    assert [p.load for p in none_left.probes] == [4] and none_left.outcome == "out_of_time"
+    # Decided before the time ran out: bracketed, or nothing met, whatever the clock says after.
+    clock["probes"] = 0
+    assert search(probe, **settings, out_of_time=after(6)).outcome == "bracketed"
+    assert search(lambda c: Probe(c, False), **settings, out_of_time=lambda: True).outcome == "out_of_time"  # c=4 only
+    assert search(lambda c: Probe(c, False), **{**settings, "start": 1}, out_of_time=lambda: True).outcome == "none_met"
+
+
 def probed(load, met, ci):
     return Probe(load, met, {"attainment_ci95": ci})
 

@@ -113,6 +113,7 @@ def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
     settings = {
         "attainment": 0.9, "window_s": 0.3, "window_requests": 20, "repeats": 1, "start_concurrency": 2,
         "max_concurrency": 32, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 2,
+        "max_search_s": 300,
     }  # fmt: skip
     load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 34}}
     pool = [{**row, "max_tokens": 8, "api": "completions"} for row in ROWS * 4]
@@ -156,6 +157,7 @@ def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_i
     settings = {
         "attainment": 0.9, "window_s": 0.3, "window_requests": 20, "repeats": 1, "start_concurrency": 4,
         "max_concurrency": 16, "max_probes": 3, "tolerance": 0.0, "rate": True, "min_rate": 0.1, "searches": 1,
+        "max_search_s": 300,
     }  # fmt: skip
     load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 17}}
     pool = [{**row, "max_tokens": 8, "api": "completions", "id": f"{row['id']}-{i}"} for i, row in enumerate(ROWS * 8)]
@@ -255,3 +257,32 @@ def test_a_window_settles_only_where_every_outcome_of_the_rest_misses_and_closin
                     if fixed:
                         for counted in range(misses, planned + 1):
                             assert decision(prior_met + counted - misses, prior_counted + counted, 0.9) == "missed"
+
+
+def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_stops(tmp_path):
+    """capacity.max_search_s of 0.8 s against windows of 40 requests of about 55 ms at c=1 (2.2 s):
+    the first window closes at the deadline with the requests it counted, every one of them held
+    under the load to its end, the probe gets no second window, and the search ends there,
+    out_of_time, a little past its budget (the hold: one request)."""
+    schedule = Schedule(ttft_ms=5, itl_ms=5, max_num_seqs=8)
+    settings = {
+        "attainment": 0.9, "window_s": 0.1, "window_requests": 40, "repeats": 3, "start_concurrency": 1,
+        "max_concurrency": 4, "max_probes": 4, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
+        "max_search_s": 0.8,
+    }  # fmt: skip
+    load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000}}
+    pool = [{**row, "api": "completions"} for row in ROWS]
+    lines = []
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        record = search_capacity(
+            server, pool, pool, settings, load, None,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lines.append,
+        )  # fmt: skip
+    search = record["concurrency"]
+    (probe,) = search["probes"]
+    (one,) = probe["pass_records"]
+    assert one["closed_at_deadline"] and 5 <= one["requests"] < 40 and one["met_slo"] == one["requests"], one
+    assert probe["decision"] == "undecided" and probe["out_of_time"] and "capacity.max_search_s ran out" in lines[-1]
+    assert (search["capacity"], search["first_failing"], search["outcome"]) == (1, None, "out_of_time")
+    assert 0.8 <= search["search_s"] < 1.5 and search["max_search_s"] == 0.8
+    check_probes([probe], settings, 0.9)

@@ -33,6 +33,7 @@ CAPACITY = {
     "tolerance": 0.0,  # integer loads: bisection down to neighbours
     "rate": True,  # the tuning stage searches concurrency only, whatever this says
     "min_rate": 0.1,
+    "max_search_s": 300,
 }
 
 

@@ -12,6 +12,8 @@ the target share of requests met every SLO.
 The capacity is the last passing load; the first failing one bounds it from above. A probe
 may be undecided (its attainment interval straddles the target after every pass allowed): it
 steers the search by its point estimate, but a bracket with an undecided end is not converged.
+A search whose time budget ran out (`out_of_time`) starts no further probe and ends with the
+bracket it has.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ OUTCOMES = {
     "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
     "client_limited": "not converged: the client fell behind its schedule at the failing load, so the server was "
     "never offered it",
+    "out_of_time": "not converged: capacity.max_search_s ran out before a met and a missed load were decided within "
+    "the tolerance",
 }
 
 OUTCOME_FIXES = {
@@ -67,6 +71,8 @@ OUTCOME_FIXES = {
     "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
     "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
     "client process, which on a machine whose cores the engine uses shares them",
+    "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
+    "windows take minutes to count their requests)",
 }
 
 
@@ -135,10 +141,11 @@ def search_steps(
     tolerance: float = 0.0,
     max_probes: int = 10,
     kv_limit: int | None = None,
+    out_of_time: Callable[[], bool] = lambda: False,
 ) -> Generator[float, Probe, SearchResult]:
     """Bracket then bisect, one probe at a time: yields each load to probe, is sent its Probe,
-    and returns the SearchResult. Stops at `max_probes` probes, unconverged where the bracket
-    is still wider than the resolution."""
+    and returns the SearchResult. Stops at `max_probes` probes, or once `out_of_time()` after
+    the first, unconverged where the bracket is still wider than the resolution."""
     probes: list[Probe] = []
     passing = failing = None
 
@@ -147,10 +154,13 @@ def search_steps(
         probes.append(outcome)
         return outcome
 
+    def more() -> bool:
+        return len(probes) < max_probes and not (probes and out_of_time())
+
     load = min(max(start, floor), ceiling)
     if kv_limit is not None and floor <= kv_limit < load:
         load = kv_limit  # a predicted break below the start is probed first, not stepped over
-    while len(probes) < max_probes:
+    while more():
         if (yield from measure(load)).met:
             passing = load
             if failing is not None or load >= ceiling:
@@ -165,7 +175,7 @@ def search_steps(
         passing is not None
         and failing is not None
         and not narrow_enough(passing, failing, integer, tolerance)
-        and len(probes) < max_probes
+        and more()
     ):
         middle = (passing + failing) // 2 if integer else math.sqrt(passing * failing)
         if (yield from measure(middle)).met:
@@ -185,6 +195,9 @@ def search_steps(
     # A failing end the client could not send (at the floor too) was never offered to the server.
     if failing is not None and any(p.client_behind for p in probes if p.load == failing):
         outcome = "client_limited"
+    # Short of probes or of a decided end with the time spent: more time, not more probes, is the fix.
+    if outcome in ("unfinished", "undecided") and out_of_time():
+        outcome = "out_of_time"
     return SearchResult(passing, failing, probes, outcome)
 
 

@@ -16,6 +16,9 @@ replacement, never twice in one probe.
                 a pass whose window is past capacity.window_s and waits only on
                 capacity.window_requests ends as soon as its finished requests' misses make
                 the probe missed however the rest would do (missed_whatever_follows)
+    budget      each search (concurrency, rate) stops at capacity.max_search_s: no pass starts
+                after it, and a window open at it closes at its next send, counting what it
+                has; the search ends with the bracket it has (outcome out_of_time)
     capacity    the last met load of the bracket, and (`estimate`) the load where attainment
                 fitted over every probe crosses the target, with a bootstrap 95 % interval
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 from dataclasses import replace
 
 from infbench.capacity.estimate import capacity_estimate, reproducibility
@@ -127,6 +131,7 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
         "supply_exhausted": run.exhausted,
         "met_slo": sum(meets_slo(r, slo_ms) for r in counted),
         "settled_early": run.settled_early,
+        "closed_at_deadline": run.closed_at_deadline,
         "failed": summary["failed"],
         "duration_s": run.ended_s,
         "output_throughput": output_tokens / window if window else 0.0,
@@ -155,12 +160,13 @@ def pass_record(run: WindowRun, slo_ms: dict, open_loop: bool) -> dict:
     }
 
 
-def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) -> dict:
+def probe_record(passes: list[dict], pooled: list, repeats: int, target: float, out_of_time: bool) -> dict:
     """A probe over its passes: pooled attainment over the counted requests (the share that
     completed within every SLO at once, failed ones missing) with its interval and decision,
     pooled percentiles over the completed ones (among them each latency at the target's
     percentile, interpolated: near the line a single SLO would draw, not the joint rule), the
-    throughput's mean and 95 % interval across passes, and the server's peaks."""
+    throughput's mean and 95 % interval across passes, and the server's peaks. `out_of_time`:
+    the search's time budget cut its windows (marked where that left it undecided)."""
     counted = sum(p["requests"] for p in passes)
     met = sum(p["met_slo"] for p in passes)
     low, high = wilson_interval(met, counted)
@@ -201,6 +207,7 @@ def probe_record(passes: list[dict], pooled: list, repeats: int, target: float) 
         "saturated": saturated,
         "client_behind": client_behind,
         "stopped_early": len(passes) < repeats,
+        "out_of_time": out_of_time and decision(met, counted, target, saturated, client_behind) == "undecided",
         "peak_num_requests_running": peak("peak_num_requests_running"),
         "peak_num_requests_waiting": peak("peak_num_requests_waiting"),
         "peak_kv_cache_usage_perc": peak("peak_kv_cache_usage_perc"),
@@ -286,6 +293,7 @@ class CapacityProbes:
         self.api = workload[0]["api"]
         self.supply = RequestSupply(pool, load_request, seed)
         self.window = Window(settings["window_s"], settings["window_requests"])
+        self.deadline: float | None = None  # perf_counter: the search's capacity.max_search_s runs out
         # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
         arrivals = workload_trace(workload)
         self.trace = TraceArrivals(arrivals) if replayable(arrivals) else None
@@ -337,10 +345,17 @@ class CapacityProbes:
         target, slo_ms, repeats = self.settings["attainment"], self.load["slo_ms"], self.settings["repeats"]
         passes, pooled = [], []
         met = counted = 0  # pooled over the passes so far
+        out_of_time = False
         for index in range(repeats):
+            if index and self.out_of_time():
+                out_of_time = True
+                break
             requests = iter([load_request(r, index) for r in self.trace_rows]) if replay else supply
             settled = missed_whatever_follows(met, counted, window.min_requests, target, slo_ms)
-            run = self.run(requests, replace(window, settled=settled), concurrency, arrivals, self.seed + index)
+            run = self.run(
+                requests, replace(window, settled=settled, deadline=self.deadline), concurrency, arrivals, self.seed + index
+            )
+            out_of_time |= run.closed_at_deadline
             if not run.counted_results and not replay:
                 raise CapacityError(
                     f"the request pool ran out before the window of probe {mode} {load:g} counted a request "
@@ -361,7 +376,7 @@ class CapacityProbes:
                 or (record["supply_exhausted"] and not replay)
             ):
                 break
-        record = probe_record(passes, pooled, repeats, target)
+        record = probe_record(passes, pooled, repeats, target, out_of_time)
         record["mode"] = mode
         record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
         record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
@@ -391,8 +406,16 @@ class CapacityProbes:
             )
             + (" (the request pool ran out: raise workload.pool_requests)" if record["supply_exhausted"] else "")
             + (" (its window ended once missed)" if any(p["settled_early"] for p in passes) else "")
+            + (" (capacity.max_search_s ran out: no more windows)" if record["out_of_time"] else "")
         )
         return Probe(load, met, record, decided=verdict != "undecided", client_behind=record["client_behind"])
+
+    def start_clock(self, seconds: float) -> None:
+        """A search starts: its time budget runs out `seconds` from now."""
+        self.deadline = time.perf_counter() + seconds
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline
 
 
 def highest_completion_rate(probes: list[Probe]) -> float:
@@ -479,11 +502,13 @@ def search_capacity(
         largest = max(blocks_for(r["prompt_tokens"] + r["max_tokens"], kv["block_size"]) for r in pool)
         kv_full_usage = 1 - largest / (kv["num_blocks"] - 1)
 
-    def outcome(mode: str, result) -> dict:
+    def outcome(mode: str, result, started: float) -> dict:
         by_load = {p.load: p.record for p in result.probes}
         # The limit is read where the SLO broke (the first failing probe), else at the highest probe.
         where = result.first_failing if result.first_failing is not None else max(by_load)
         record = result.to_json()
+        record["search_s"] = time.perf_counter() - started
+        record["max_search_s"] = settings["max_search_s"]
         if by_load[where].get("client_behind"):
             limit = {
                 "limit": "client",
@@ -503,6 +528,10 @@ def search_capacity(
 
     if predicted:
         progress(f"concurrency search: predicted KV-limited concurrency {predicted['value']}")
+    # The searches that take turns share one time budget, as they share the server.
+    started = time.perf_counter()
+    for searcher in searchers:
+        searcher.start_clock(settings["max_search_s"])
     concurrency, *others = interleaved(
         [lambda c, searcher=searcher: searcher.probe("concurrency", c) for searcher in searchers],
         start=settings["start_concurrency"],
@@ -512,10 +541,11 @@ def search_capacity(
         tolerance=settings["tolerance"],
         max_probes=settings["max_probes"],
         kv_limit=predicted["value"] if predicted else None,
+        out_of_time=probes.out_of_time,
     )
-    record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency)}
+    record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency, started)}
     if others:
-        record["concurrency_searches"] = [outcome("concurrency", other) for other in others]
+        record["concurrency_searches"] = [outcome("concurrency", other, started) for other in others]
         record["reproducibility"] = reproducibility(
             [record["concurrency"]["estimate"], *(other["estimate"] for other in record["concurrency_searches"])]
         )
@@ -525,6 +555,8 @@ def search_capacity(
         progress(f"rate search: windows of {window.seconds:.1f} s (at least {LONG_PASS} median latencies)")
         # Little's law: the closed loop at its capacity completed requests at this rate.
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
+        started = time.perf_counter()
+        probes.start_clock(settings["max_search_s"])
         rate = search(
             lambda r: probes.probe("request_rate", r, window),
             start=start,
@@ -533,8 +565,9 @@ def search_capacity(
             integer=False,
             tolerance=settings["tolerance"],
             max_probes=settings["max_probes"],
+            out_of_time=probes.out_of_time,
         )
-        record["request_rate"] = outcome("request_rate", rate)
+        record["request_rate"] = outcome("request_rate", rate, started)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
         record["request_rate"]["trace_rate"] = probes.trace.rate if probes.trace is not None else None
     return record

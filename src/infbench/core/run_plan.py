@@ -10,7 +10,8 @@ A windowed pass (serving/window.py) lasts about
 the ramp ending after about one latency (as many completions as requests in flight), the hold
 after the last counted request's latency, and a serving level's drain (its in-flight requests
 finishing uncounted) after about one more; a capacity probe does not drain. A level of a run
-never measured here has no latency to go by: only its floor, window_s, is known.
+never measured here has no latency to go by: only its floor, window_s, is known. A capacity
+search stops at its time budget, capacity.max_search_s, whatever its passes would take.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class PassPlan:
     floor_s: float  # a pass's window alone
     expected_s: float | None  # a pass, from an earlier run's latencies; None: never measured here
     up_to: bool = False  # `passes` is the most there can be (a search stops when decided)
+    budget_s: float | None = None  # the search's time budget (capacity.max_search_s): its passes stop there
 
 
 def pass_seconds(
@@ -120,11 +122,22 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
             capacity["window_s"],
             expected,
             up_to=True,
+            budget_s=capacity["max_search_s"],
         )
     ]
     if capacity["rate"]:
         # Windows of ten median latencies at the concurrency capacity: known once it is found.
-        plans.append(PassPlan("slo_capacity", "rate search: windows of ten latencies", 0, 0.0, None, up_to=True))
+        plans.append(
+            PassPlan(
+                "slo_capacity",
+                "rate search: windows of ten latencies",
+                0,
+                0.0,
+                None,
+                up_to=True,
+                budget_s=capacity["max_search_s"],
+            )
+        )
     return plans
 
 
@@ -150,13 +163,18 @@ def render(config: dict, results: Path, benchmarks: Path) -> str:
         for plan in serving_plan(config, earlier_load) + capacity_plan(config, earlier_capacity):
             floor = plan.passes * plan.floor_s
             expected = plan.passes * plan.expected_s if plan.expected_s is not None else None
+            budget = f", stopped at {plan.budget_s:g} s (capacity.max_search_s)" if plan.budget_s else ""
+            if expected is not None and plan.budget_s:
+                expected = min(expected, plan.budget_s)
             bound = "up to" if plan.up_to else "at least"
             shown = f"about {expected:.0f} s" if expected is not None else "not measured here yet"
             count = f"up to {plan.passes}" if plan.up_to else f"{plan.passes}"
             if not plan.passes:
-                lines.append(f"  {plan.stage:<13} {plan.what}: sized once the concurrency capacity is found")
+                lines.append(f"  {plan.stage:<13} {plan.what}: sized once the concurrency capacity is found{budget}")
                 continue
-            lines.append(f"  {plan.stage:<13} {plan.what}: {count} passes, windows {bound} {floor:.0f} s, {shown}")
+            lines.append(
+                f"  {plan.stage:<13} {plan.what}: {count} passes, windows {bound} {floor:.0f} s{budget}, {shown}"
+            )
             total_floor += 0.0 if plan.up_to else floor
             total_expected += expected or 0.0
             unknown |= expected is None

@@ -36,8 +36,11 @@ def capacity_text(mode: str, search: dict) -> str:
         if search["capacity"] is None:
             return f"not measured (the client could not send {untested}, the lowest rate probed)"
         return f"at least {text} (the client could not send {untested}: not tested above)"
-    if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
-        return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
+    if search["first_failing"] is None and search["capacity"] is not None:
+        if search["outcome"] == "unfinished":
+            return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
+        if search["outcome"] == "out_of_time":
+            return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
     if search["outcome"] != "ceiling_met":
         return text
     if mode == "concurrency":
@@ -100,6 +103,7 @@ def search_rows(capacity: dict) -> list[dict]:
                 "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
                 "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
                 "probes": len(search["probes"]),
+                "search s": f"{search['search_s']:.0f} of {search['max_search_s']:g}",
                 "converged": "yes" if search["converged"] else f"no: {OUTCOME_FIXES[search['outcome']]}",
                 "binding limit": LIMITS[search["binding"]["limit"]],
             }
@@ -123,6 +127,16 @@ def settled_early_note(capacity: dict) -> str | None:
     return f"in this run: {', '.join(loads)}" if loads else None
 
 
+def out_of_time_note(capacity: dict) -> str | None:
+    """Which searches the time budget stopped, in this run's words; None where none."""
+    stopped = [
+        f"the {mode.replace('_', ' ')} search after {search['search_s']:.0f} s"
+        for mode in ("concurrency", "request_rate")
+        if (search := capacity.get(mode)) and search["outcome"] == "out_of_time"
+    ]
+    return f"in this run: {', '.join(stopped)}" if stopped else None
+
+
 def probe_table(capacity: dict) -> pd.DataFrame:
     rows = []
     for mode in ("concurrency", "request_rate"):
@@ -139,7 +153,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                         else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
                     )
                     + (", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else "")
-                    + (", its window ended once missed" if settled_early(probe) else ""),
+                    + (", its window ended once missed" if settled_early(probe) else "")
+                    + (", capacity.max_search_s ran out" if probe["out_of_time"] else ""),
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
                     "counted / sent": f"{probe['requests']} / {probe['sent']}",
@@ -309,7 +324,13 @@ def view(capacity: dict | None) -> dict | None:
         else None,
         "summary": pd.DataFrame(search_rows(capacity)),
         "figures": figures,
-        "window": {"seconds": window["window_s"], "requests": window["window_requests"], "repeats": window["repeats"]},
+        "window": {
+            "seconds": window["window_s"],
+            "requests": window["window_requests"],
+            "repeats": window["repeats"],
+            "max_search_s": window["max_search_s"],
+        },
+        "out_of_time": out_of_time_note(capacity),
         "settled_early": settled_early_note(capacity),
         "rate_window_s": fmt(capacity["request_rate"]["probes"][0]["window"]["seconds"], 1)
         if capacity.get("request_rate")

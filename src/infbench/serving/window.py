@@ -10,7 +10,9 @@ last counted one, and only requests that lived their whole life under that load 
     window    opens when the ramp ends and closes `seconds` later, or once `min_requests`
               requests were sent in it, whichever is later; once its seconds are up (so it
               will count exactly `min_requests`), it closes as soon as the counted requests
-              finished so far fix its outcome whatever the rest do, where `settled` says so
+              finished so far fix its outcome whatever the rest do, where `settled` says so;
+              past a `deadline` (the capacity search's time budget) it closes at the next send
+              once it has counted a request, however few
     counted   the requests sent while the window was open
     hold      after the window closes, slots are refilled (closed loop) or the schedule goes on
               (open loop) until every counted request has finished; then nothing more is sent,
@@ -46,6 +48,9 @@ class Window:
     # min_requests is already fixed (the capacity probes' curtailment: a decided miss at a low
     # concurrency is not waited for, request after request, on a slow machine); None: never.
     settled: Callable[[list], bool] | None = None
+    # perf_counter time past which the window closes once it counted a request (its requests
+    # still lived under the load: there are only fewer of them); None: no deadline.
+    deadline: float | None = None
 
 
 @dataclass
@@ -64,6 +69,7 @@ class WindowRun:
     counted_send_lags_s: list[float] | None = None
     client_cpu_s: float = 0.0  # this process's CPU seconds over the pass
     settled_early: bool = False  # the window closed before min_requests: its outcome was fixed
+    closed_at_deadline: bool = False  # the window closed early at Window.deadline
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -123,6 +129,7 @@ class _Pass:
         self.exhausted = False
         self.cut_short = False  # the supply or schedule ran out before the window was whole
         self.settled_early = False
+        self.closed_at_deadline = False
         self.done = asyncio.Event()
 
     def now(self) -> float:
@@ -135,6 +142,11 @@ class _Pass:
             return False
         if self.now() - self.opened >= self.window.seconds and len(self.counted) >= self.window.min_requests:
             self.closed = self.now()
+            return False
+        deadline = self.window.deadline
+        if deadline is not None and self.counted and time.perf_counter() >= deadline:
+            self.closed = self.now()
+            self.closed_at_deadline = True
             return False
         return True
 
@@ -318,6 +330,7 @@ async def run_window(
         counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets else None,
         client_cpu_s=cpu_s,
         settled_early=state.settled_early,
+        closed_at_deadline=state.closed_at_deadline,
     )
 
 
