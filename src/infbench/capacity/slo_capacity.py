@@ -352,9 +352,8 @@ class CapacityProbes:
                 break
             requests = iter([load_request(r, index) for r in self.trace_rows]) if replay else supply
             settled = missed_whatever_follows(met, counted, window.min_requests, target, slo_ms)
-            run = self.run(
-                requests, replace(window, settled=settled, deadline=self.deadline), concurrency, arrivals, self.seed + index
-            )
+            timed = replace(window, settled=settled, deadline=self.deadline)
+            run = self.run(requests, timed, concurrency, arrivals, self.seed + index)
             out_of_time |= run.closed_at_deadline
             if not run.counted_results and not replay:
                 raise CapacityError(
