@@ -114,6 +114,9 @@ def test_a_search_out_of_time_starts_no_probe_and_ends_with_the_bracket_it_has()
     assert [p.load for p in stopped.probes] == [4, 8, 16]
     assert (stopped.capacity, stopped.first_failing, stopped.outcome) == (8, 16, "out_of_time")
     assert not stopped.converged
+    assert capacity_text("concurrency", stopped.to_json()) == (
+        "c=8 (capacity.max_search_s ran out before the bracket was decided)"
+    )
     clock["probes"] = 0
     doubling = search(probe, **settings, out_of_time=after(2))  # c=4 and 8 met, nothing missed yet
     assert (doubling.capacity, doubling.first_failing, doubling.outcome) == (8, None, "out_of_time")

@@ -41,6 +41,8 @@ def capacity_text(mode: str, search: dict) -> str:
             return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
         if search["outcome"] == "out_of_time":
             return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
+    if search["outcome"] == "out_of_time" and search["capacity"] is not None:
+        return f"{text} (capacity.max_search_s ran out before the bracket was decided)"
     if search["outcome"] != "ceiling_met":
         return text
     if mode == "concurrency":
