@@ -234,9 +234,9 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
                 )
                 assert probe["decision"] == "missed" and one is passes[-1]
                 continue
-            if one.get("closed_at_deadline"):  # capacity.max_search_s ran out: fewer requests, the probe's last window
-                assert 1 <= one["requests"] < probe["window"]["min_requests"] and one is passes[-1]
-                assert probe["out_of_time"] or probe["decision"] != "undecided"
+            if one.get("closed_at_deadline"):  # capacity.max_search_s ran out: its seconds, fewer requests, no more
+                assert closed - opened >= probe["window"]["seconds"] and one is passes[-1]
+                assert 1 <= one["requests"] < probe["window"]["min_requests"]
                 continue
             assert one["supply_exhausted"] or (
                 closed - opened >= probe["window"]["seconds"] and one["requests"] >= probe["window"]["min_requests"]
@@ -270,4 +270,5 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])
         if probe["stopped_early"]:
             assert probe["decided"] or probe["supply_exhausted"] or behind or probe["out_of_time"]
-        assert not probe["out_of_time"] or not probe["decided"]  # marked only where it left the probe undecided
+        # Out of time: a window closed at the deadline, or the windows stopped short of repeats.
+        assert not probe["out_of_time"] or passes[-1].get("closed_at_deadline") or probe["stopped_early"]

@@ -133,6 +133,30 @@ def test_a_search_out_of_time_starts_no_probe_and_ends_with_the_bracket_it_has()
     assert search(lambda c: Probe(c, False), **{**settings, "start": 1}, out_of_time=lambda: True).outcome == "none_met"
 
 
+def test_searches_taking_turns_measure_no_pending_load_once_out_of_time():
+    """c=4 for each, then search b's c=8 (who goes first rotates) spends the time: a's pending
+    c=8 is never measured, and a ends out_of_time with the one probe it has."""
+    calls = []
+
+    def probe(name):
+        def measure(c):
+            calls.append((name, c))
+            return Probe(c, c <= 10)
+
+        return measure
+
+    settings = {"start": 4, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    first, second = interleaved([probe("a"), probe("b")], **settings, out_of_time=lambda: len(calls) >= 3)
+    assert calls == [("a", 4), ("b", 4), ("b", 8)]
+    assert [p.load for p in first.probes] == [4] and (first.capacity, first.outcome) == (4, "out_of_time")
+    assert [p.load for p in second.probes] == [4, 8] and second.outcome == "out_of_time"
+    # Nothing met when the time ran out: the capacity lies below the lowest load missed.
+    nothing = search(lambda c: Probe(c, False), **settings, out_of_time=lambda: True)
+    assert capacity_text("concurrency", nothing.to_json()) == (
+        "below c=4 (capacity.max_search_s ran out before a load met the SLO)"
+    )
+
+
 def probed(load, met, ci):
     return Probe(load, met, {"attainment_ci95": ci})
 

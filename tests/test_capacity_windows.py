@@ -3,6 +3,7 @@ their whole life under the target load are counted, requests are never repeated 
 and an open loop held above the server's throughput is called saturated."""
 
 import asyncio
+import time
 
 import pytest
 from conftest import check_probes
@@ -260,13 +261,13 @@ def test_a_window_settles_only_where_every_outcome_of_the_rest_misses_and_closin
 
 
 def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_stops(tmp_path):
-    """capacity.max_search_s of 0.8 s against windows of 40 requests of about 55 ms at c=1 (2.2 s):
-    the first window closes at the deadline with the requests it counted, every one of them held
-    under the load to its end, the probe gets no second window, and the search ends there,
-    out_of_time, a little past its budget (the hold: one request)."""
+    """capacity.max_search_s of 0.8 s against windows of 0.3 s and 200 requests of about 55 ms at
+    c=2 (5.5 s): the first window closes at the deadline with the requests it counted, every one
+    of them finished, the probe gets no second window, and the search ends there, out_of_time,
+    past its budget by no more than the hold (one request) and a scheduler's slack."""
     schedule = Schedule(ttft_ms=5, itl_ms=5, max_num_seqs=8)
     settings = {
-        "attainment": 0.9, "window_s": 0.1, "window_requests": 40, "repeats": 3, "start_concurrency": 1,
+        "attainment": 0.9, "window_s": 0.3, "window_requests": 200, "repeats": 3, "start_concurrency": 2,
         "max_concurrency": 4, "max_probes": 4, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
         "max_search_s": 0.8,
     }  # fmt: skip
@@ -281,8 +282,18 @@ def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_st
     search = record["concurrency"]
     (probe,) = search["probes"]
     (one,) = probe["pass_records"]
-    assert one["closed_at_deadline"] and 5 <= one["requests"] < 40 and one["met_slo"] == one["requests"], one
+    assert one["closed_at_deadline"] and 10 <= one["requests"] < 200 and one["met_slo"] == one["requests"], one
     assert probe["decision"] == "undecided" and probe["out_of_time"] and "capacity.max_search_s ran out" in lines[-1]
-    assert (search["capacity"], search["first_failing"], search["outcome"]) == (1, None, "out_of_time")
-    assert 0.8 <= search["search_s"] < 1.5 and search["max_search_s"] == 0.8
+    assert (search["capacity"], search["first_failing"], search["outcome"]) == (2, None, "out_of_time")
+    assert 0.8 <= search["search_s"] < 0.8 + 0.25 and search["max_search_s"] == 0.8
     check_probes([probe], settings, 0.9)
+
+
+def test_a_window_past_its_deadline_still_lasts_its_seconds(tmp_path):
+    """A deadline passed before the window opened: the window still lasts its 0.5 s (an open
+    loop's ten latencies are what lets a queue show), then closes with what it counted."""
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5, max_num_seqs=8)) as server:
+        supply = RequestSupply(ROWS, load_request, seed=1)
+        window = Window(0.5, 200, deadline=time.perf_counter())
+        run = windowed(server, supply.take(), window, concurrency=2, arrivals=None)
+    assert run.closed_at_deadline and run.window_s >= 0.5 and 10 <= len(run.counted_results) < 200

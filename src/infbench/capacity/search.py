@@ -12,8 +12,8 @@ the target share of requests met every SLO.
 The capacity is the last passing load; the first failing one bounds it from above. A probe
 may be undecided (its attainment interval straddles the target after every pass allowed): it
 steers the search by its point estimate, but a bracket with an undecided end is not converged.
-A search whose time budget ran out (`out_of_time`) starts no further probe and ends with the
-bracket it has.
+A search whose time budget ran out (`out_of_time`) starts no further probe (its first always
+runs) and ends with the bracket it has.
 """
 
 from __future__ import annotations
@@ -143,25 +143,34 @@ def search_steps(
     kv_limit: int | None = None,
     out_of_time: Callable[[], bool] = lambda: False,
 ) -> Generator[float, Probe, SearchResult]:
-    """Bracket then bisect, one probe at a time: yields each load to probe, is sent its Probe,
-    and returns the SearchResult. Stops at `max_probes` probes, or once `out_of_time()` after
-    the first, unconverged where the bracket is still wider than the resolution."""
+    """Bracket then bisect, one probe at a time: yields each load to probe, is sent its Probe
+    (or None: the load was not measured, the time having run out), and returns the
+    SearchResult. Stops at `max_probes` probes, or once `out_of_time()` after the first,
+    unconverged where the bracket is still wider than the resolution."""
     probes: list[Probe] = []
     passing = failing = None
+    timed_out = False
 
     def measure(load: float):
         outcome = yield load
-        probes.append(outcome)
+        if outcome is not None:
+            probes.append(outcome)
         return outcome
 
     def more() -> bool:
-        return len(probes) < max_probes and not (probes and out_of_time())
+        nonlocal timed_out
+        timed_out = timed_out or bool(probes and out_of_time())
+        return len(probes) < max_probes and not timed_out
 
     load = min(max(start, floor), ceiling)
     if kv_limit is not None and floor <= kv_limit < load:
         load = kv_limit  # a predicted break below the start is probed first, not stepped over
     while more():
-        if (yield from measure(load)).met:
+        measured = yield from measure(load)
+        if measured is None:
+            timed_out = True
+            break
+        if measured.met:
             passing = load
             if failing is not None or load >= ceiling:
                 break
@@ -178,7 +187,11 @@ def search_steps(
         and more()
     ):
         middle = (passing + failing) // 2 if integer else math.sqrt(passing * failing)
-        if (yield from measure(middle)).met:
+        measured = yield from measure(middle)
+        if measured is None:
+            timed_out = True
+            break
+        if measured.met:
             passing = middle
         else:
             failing = middle
@@ -195,8 +208,8 @@ def search_steps(
     # A failing end the client could not send (at the floor too) was never offered to the server.
     if failing is not None and any(p.client_behind for p in probes if p.load == failing):
         outcome = "client_limited"
-    # Short of probes or of a decided end with the time spent: more time, not more probes, is the fix.
-    if outcome in ("unfinished", "undecided") and out_of_time():
+    # Stopped by the time (or an end left undecided when it ran out): more time is the fix.
+    if (outcome == "unfinished" and timed_out) or (outcome == "undecided" and out_of_time()):
         outcome = "out_of_time"
     return SearchResult(passing, failing, probes, outcome)
 
@@ -204,15 +217,21 @@ def search_steps(
 def interleaved(probes: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
     """One search per `probe` function, all with the same settings, taking turns probe by
     probe until every one has finished, who goes first rotating each round (so that the
-    machine's drift, and the first look at a new load, reach each alike)."""
+    machine's drift, and the first look at a new load, reach each alike). Once
+    `settings["out_of_time"]()`, a search's pending load is not measured (its first is):
+    another search's probe may have spent the time since it was asked for."""
+    out_of_time = settings.get("out_of_time", lambda: False)
     steps = [search_steps(**settings) for _ in probes]
     pending = {index: next(step) for index, step in enumerate(steps)}
     results: dict[int, SearchResult] = {}
+    started: set[int] = set()
     round_ = 0
     while pending:
         order = sorted(pending)
         for index in order[round_ % len(order) :] + order[: round_ % len(order)]:
-            measured = probes[index](pending[index])  # outside the try: a probe's own StopIteration is an error
+            # Outside the try: a probe's own StopIteration is an error.
+            measured = None if index in started and out_of_time() else probes[index](pending[index])
+            started.add(index)
             try:
                 pending[index] = steps[index].send(measured)
             except StopIteration as finished:

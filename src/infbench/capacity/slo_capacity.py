@@ -16,9 +16,10 @@ replacement, never twice in one probe.
                 a pass whose window is past capacity.window_s and waits only on
                 capacity.window_requests ends as soon as its finished requests' misses make
                 the probe missed however the rest would do (missed_whatever_follows)
-    budget      each search (concurrency, rate) stops at capacity.max_search_s: no pass starts
-                after it, and a window open at it closes at its next send, counting what it
-                has; the search ends with the bracket it has (outcome out_of_time)
+    budget      each search (concurrency, rate) stops at capacity.max_search_s: no probe (but
+                its first) or pass starts after it, and a window open at it closes, once its
+                seconds are up, at its next send with what it has counted; the search ends with
+                the bracket it has (outcome out_of_time)
     capacity    the last met load of the bracket, and (`estimate`) the load where attainment
                 fitted over every probe crosses the target, with a bootstrap 95 % interval
 
@@ -501,12 +502,12 @@ def search_capacity(
         largest = max(blocks_for(r["prompt_tokens"] + r["max_tokens"], kv["block_size"]) for r in pool)
         kv_full_usage = 1 - largest / (kv["num_blocks"] - 1)
 
-    def outcome(mode: str, result, started: float) -> dict:
+    def outcome(mode: str, result, seconds: float) -> dict:
         by_load = {p.load: p.record for p in result.probes}
         # The limit is read where the SLO broke (the first failing probe), else at the highest probe.
         where = result.first_failing if result.first_failing is not None else max(by_load)
         record = result.to_json()
-        record["search_s"] = time.perf_counter() - started
+        record["search_s"] = seconds
         record["max_search_s"] = settings["max_search_s"]
         if by_load[where].get("client_behind"):
             limit = {
@@ -542,9 +543,10 @@ def search_capacity(
         kv_limit=predicted["value"] if predicted else None,
         out_of_time=probes.out_of_time,
     )
-    record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency, started)}
+    seconds = time.perf_counter() - started
+    record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency, seconds)}
     if others:
-        record["concurrency_searches"] = [outcome("concurrency", other, started) for other in others]
+        record["concurrency_searches"] = [outcome("concurrency", other, seconds) for other in others]
         record["reproducibility"] = reproducibility(
             [record["concurrency"]["estimate"], *(other["estimate"] for other in record["concurrency_searches"])]
         )
@@ -566,7 +568,7 @@ def search_capacity(
             max_probes=settings["max_probes"],
             out_of_time=probes.out_of_time,
         )
-        record["request_rate"] = outcome("request_rate", rate, started)
+        record["request_rate"] = outcome("request_rate", rate, time.perf_counter() - started)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
         record["request_rate"]["trace_rate"] = probes.trace.rate if probes.trace is not None else None
     return record

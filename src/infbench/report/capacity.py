@@ -41,7 +41,10 @@ def capacity_text(mode: str, search: dict) -> str:
             return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
         if search["outcome"] == "out_of_time":
             return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
-    if search["outcome"] == "out_of_time" and search["capacity"] is not None:
+    if search["outcome"] == "out_of_time":
+        if search["capacity"] is None:
+            lowest = load_text(mode, search["first_failing"])
+            return f"below {lowest} (capacity.max_search_s ran out before a load met the SLO)"
         return f"{text} (capacity.max_search_s ran out before the bracket was decided)"
     if search["outcome"] != "ceiling_met":
         return text
@@ -131,10 +134,20 @@ def settled_early_note(capacity: dict) -> str | None:
 
 def out_of_time_note(capacity: dict) -> str | None:
     """Which searches the time budget stopped, in this run's words; None where none."""
+    searches = [
+        (name, search)
+        for name, search in (
+            ("the concurrency search", capacity.get("concurrency")),
+            *(
+                (f"concurrency search {n}", other)
+                for n, other in enumerate(capacity.get("concurrency_searches", []), 2)
+            ),
+            ("the request rate search", capacity.get("request_rate")),
+        )
+        if search
+    ]
     stopped = [
-        f"the {mode.replace('_', ' ')} search after {search['search_s']:.0f} s"
-        for mode in ("concurrency", "request_rate")
-        if (search := capacity.get(mode)) and search["outcome"] == "out_of_time"
+        f"{name} after {search['search_s']:.0f} s" for name, search in searches if search["outcome"] == "out_of_time"
     ]
     return f"in this run: {', '.join(stopped)}" if stopped else None
 

@@ -14,6 +14,7 @@ def cell_table(tuning: dict) -> pd.DataFrame:
                 **cell["settings"],
                 "SLO capacity (requests in flight)": cell["slo_capacity"]["capacity"],
                 "first failing": cell["slo_capacity"]["first_failing"],
+                "search ended": cell["slo_capacity"]["outcome"].replace("_", " "),
                 "binding limit": cell["slo_capacity"]["binding"]["limit"].replace("_", " "),
                 "output tok/s at capacity": cell["slo_capacity"]["output_throughput_at_capacity"],
                 "output tok/s": cell["output_throughput"],

@@ -90,6 +90,7 @@ def run_tuning(
             "capacity": searched["capacity"],
             "first_failing": searched["first_failing"],
             "converged": searched["converged"],
+            "outcome": searched["outcome"],
             "binding": searched["binding"],
             "output_throughput_at_capacity": served["output_throughput"]["mean"] if served else None,
             "probes": searched["probes"],

@@ -11,8 +11,8 @@ last counted one, and only requests that lived their whole life under that load 
               requests were sent in it, whichever is later; once its seconds are up (so it
               will count exactly `min_requests`), it closes as soon as the counted requests
               finished so far fix its outcome whatever the rest do, where `settled` says so;
-              past a `deadline` (the capacity search's time budget) it closes at the next send
-              once it has counted a request, however few
+              past a `deadline` (the capacity search's time budget), once its seconds are up,
+              it closes at the next send with the requests it has counted, however few
     counted   the requests sent while the window was open
     hold      after the window closes, slots are refilled (closed loop) or the schedule goes on
               (open loop) until every counted request has finished; then nothing more is sent,
@@ -48,8 +48,9 @@ class Window:
     # min_requests is already fixed (the capacity probes' curtailment: a decided miss at a low
     # concurrency is not waited for, request after request, on a slow machine); None: never.
     settled: Callable[[list], bool] | None = None
-    # perf_counter time past which the window closes once it counted a request (its requests
-    # still lived under the load: there are only fewer of them); None: no deadline.
+    # perf_counter time past which the window, its seconds up, closes without waiting for
+    # min_requests (its requests still lived under the load: there are only fewer of them; its
+    # seconds are what lets an open loop's queue show); None: no deadline.
     deadline: float | None = None
 
 
@@ -140,7 +141,9 @@ class _Pass:
         request count are both reached."""
         if self.opened is None or self.closed is not None:
             return False
-        if self.now() - self.opened >= self.window.seconds and len(self.counted) >= self.window.min_requests:
+        if self.now() - self.opened < self.window.seconds:
+            return True
+        if len(self.counted) >= self.window.min_requests:
             self.closed = self.now()
             return False
         deadline = self.window.deadline
