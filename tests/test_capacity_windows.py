@@ -30,6 +30,15 @@ def windowed(server, supply, window, **level):
     )
 
 
+def searched(tmp_path, schedule, pool, settings, load, progress=lambda line: None) -> dict:
+    """search_capacity on a reference server with `schedule`, the pool as workload, no KV facts."""
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        return search_capacity(
+            server, pool, pool, settings, load, None,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=progress,
+        )  # fmt: skip
+
+
 def open_loop_passes(server, rows, rates, window, slo_ms) -> dict:
     """One open-loop pass record at each rate, in turn, on distinct requests."""
     supply = RequestSupply(rows, load_request, seed=1)
@@ -120,11 +129,7 @@ def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
     pool = [{**row, "max_tokens": 8, "api": "completions"} for row in ROWS * 4]
     pool = [{**row, "id": f"{row['id']}-{i}"} for i, row in enumerate(pool)]
     lines = []
-    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        record = search_capacity(
-            server, pool, pool, settings, load, None,
-            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lines.append,
-        )  # fmt: skip
+    record = searched(tmp_path, schedule, pool, settings, load, lines.append)
     searches = [record["concurrency"], *record["concurrency_searches"]]
     # The schedule's break is between c = 7 (32 ms) and 8 (36 ms); the client's own time per token
     # on a busy 2-core machine can move it down by one.
@@ -162,11 +167,7 @@ def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_i
     }  # fmt: skip
     load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 17}}
     pool = [{**row, "max_tokens": 8, "api": "completions", "id": f"{row['id']}-{i}"} for i, row in enumerate(ROWS * 8)]
-    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        record = search_capacity(
-            server, pool, pool, settings, load, None,
-            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lambda line: None,
-        )  # fmt: skip
+    record = searched(tmp_path, schedule, pool, settings, load)
     search, rate = record["concurrency"], record["request_rate"]
     # Seeded by the request rate the closed loop completed at its capacity (Little's law) ...
     assert rate["probes"][0]["load"] == pytest.approx(
@@ -274,11 +275,7 @@ def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_st
     load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000}}
     pool = [{**row, "api": "completions"} for row in ROWS]
     lines = []
-    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        record = search_capacity(
-            server, pool, pool, settings, load, None,
-            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lines.append,
-        )  # fmt: skip
+    record = searched(tmp_path, schedule, pool, settings, load, lines.append)
     search = record["concurrency"]
     (probe,) = search["probes"]
     (one,) = probe["pass_records"]
