@@ -144,31 +144,28 @@ def search_steps(
     out_of_time: Callable[[], bool] = lambda: False,
 ) -> Generator[float, Probe, SearchResult]:
     """Bracket then bisect, one probe at a time: yields each load to probe, is sent its Probe
-    (or None: the load was not measured, the time having run out), and returns the
-    SearchResult. Stops at `max_probes` probes, or once `out_of_time()` after the first,
-    unconverged where the bracket is still wider than the resolution."""
+    (or None: the load was not measured, the time having run out; `interleaved` decides), and
+    returns the SearchResult. Stops at `max_probes` probes or a load not measured, unconverged
+    where the bracket is still wider than the resolution; `out_of_time()` names the outcome."""
     probes: list[Probe] = []
     passing = failing = None
     timed_out = False
 
     def measure(load: float):
+        nonlocal timed_out
         outcome = yield load
-        if outcome is not None:
+        if outcome is None:
+            timed_out = True
+        else:
             probes.append(outcome)
         return outcome
-
-    def more() -> bool:
-        nonlocal timed_out
-        timed_out = timed_out or bool(probes and out_of_time())
-        return len(probes) < max_probes and not timed_out
 
     load = min(max(start, floor), ceiling)
     if kv_limit is not None and floor <= kv_limit < load:
         load = kv_limit  # a predicted break below the start is probed first, not stepped over
-    while more():
+    while len(probes) < max_probes:
         measured = yield from measure(load)
         if measured is None:
-            timed_out = True
             break
         if measured.met:
             passing = load
@@ -184,12 +181,12 @@ def search_steps(
         passing is not None
         and failing is not None
         and not narrow_enough(passing, failing, integer, tolerance)
-        and more()
+        and len(probes) < max_probes
+        and not timed_out
     ):
         middle = (passing + failing) // 2 if integer else math.sqrt(passing * failing)
         measured = yield from measure(middle)
         if measured is None:
-            timed_out = True
             break
         if measured.met:
             passing = middle

@@ -410,10 +410,6 @@ class CapacityProbes:
         )
         return Probe(load, met, record, decided=verdict != "undecided", client_behind=record["client_behind"])
 
-    def start_clock(self, seconds: float) -> None:
-        """A search starts: its time budget runs out `seconds` from now."""
-        self.deadline = time.perf_counter() + seconds
-
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
@@ -531,7 +527,7 @@ def search_capacity(
     # The searches that take turns share one time budget, as they share the server.
     started = time.perf_counter()
     for searcher in searchers:
-        searcher.start_clock(settings["max_search_s"])
+        searcher.deadline = started + settings["max_search_s"]
     concurrency, *others = interleaved(
         [lambda c, searcher=searcher: searcher.probe("concurrency", c) for searcher in searchers],
         start=settings["start_concurrency"],
@@ -557,7 +553,7 @@ def search_capacity(
         # Little's law: the closed loop at its capacity completed requests at this rate.
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
         started = time.perf_counter()
-        probes.start_clock(settings["max_search_s"])
+        probes.deadline = started + settings["max_search_s"]
         rate = search(
             lambda r: probes.probe("request_rate", r, window),
             start=start,

@@ -36,15 +36,14 @@ def capacity_text(mode: str, search: dict) -> str:
         if search["capacity"] is None:
             return f"not measured (the client could not send {untested}, the lowest rate probed)"
         return f"at least {text} (the client could not send {untested}: not tested above)"
-    if search["first_failing"] is None and search["capacity"] is not None:
-        if search["outcome"] == "unfinished":
-            return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
-        if search["outcome"] == "out_of_time":
-            return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
+    if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
+        return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
     if search["outcome"] == "out_of_time":
         if search["capacity"] is None:
             lowest = load_text(mode, search["first_failing"])
             return f"below {lowest} (capacity.max_search_s ran out before a load met the SLO)"
+        if search["first_failing"] is None:
+            return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
         return f"{text} (capacity.max_search_s ran out before the bracket was decided)"
     if search["outcome"] != "ceiling_met":
         return text
