@@ -1,56 +1,8 @@
-"""Where a level's time goes: the mean TTFT and E2E latency our client measured, split by vLLM's
-own timestamps for the same requests, at the same moment and the same concurrency.
-
-vLLM's server publishes, per request, histograms of intervals it times itself (0.32 names); the
-deltas of their sums and counts between a pass's first and last /metrics scrape are the
-requests vLLM timed in between, taken as the pass's where all six counts equal the client's
-completions:
-
-    server TTFT    the API server (time.time): the request's arrival, stamped before its prompt
-                   is rendered and tokenized, to the engine output carrying its first token
-                   being taken up, before it is detokenized
-    server E2E     the API server: its arrival to the output carrying its last token
-    queue          the engine core (time.monotonic): queued, which the engine core's loop
-                   stamps when it takes requests in between two steps, to first scheduled
-    prefill        the engine core: first scheduled to first token
-    decode         the engine core: first token to last token
-    engine TPOT    the engine core: decode / (output tokens - 1), 0 for one token
-
-Per request each interval lies inside the one around it (the engine core's inside the API
-server's, the API server's inside the client's, timed on perf_counter), so the split of a mean
-(each term a mean over the pass's requests) has no negative part but for the clocks' noise:
-
-    TTFT   engine queue + engine prefill
-           + API server and intake = server TTFT - (queue + prefill)   rendering, tokenizing,
-                                                                        the hop to the engine
-                                                                        core and its wait there
-                                                                        for the step in progress
-                                                                        to end, the hop back
-           + after vLLM's stamps   = client TTFT - server TTFT         the request's HTTP parsing
-                                                                        before its arrival stamp;
-                                                                        detokenizing, the SSE
-                                                                        chunk and its way out;
-                                                                        the network; our client
-    E2E    engine queue + prefill + decode
-           + API server and intake = server E2E - (queue + prefill + decode)
-           + after vLLM's stamps   = client E2E - server E2E
-
-TPOT is shown beside the engine's, not split: (E2E - TTFT) / (n - 1) spans from the first token
-to the last, and where the first token reaches the client later than the engine made it (a
-client busy elsewhere, a first chunk held up) that span is shorter for the client than for
-the engine, so the difference may be negative; the delay is then in TTFT.
-
-Both TPOT means are over the requests of more than one output token, as the level's mean TPOT
-is (vLLM observes 0 for the others, so its sum is theirs).
-
-Means, not medians: a histogram keeps only the sum and count of what it timed. Equal counts are
-necessary for the split to be of the client's requests, not sufficient: nothing ties a count to
-our request ids. A pass where they differ (a failure, another client on the server, a scrape
-that failed) gets no split and a warn.
-
-vLLM offline (the engine alone in another process) is not used for this: it cannot run the same
-requests at the same moment under the same scheduling, and these timestamps are the engine's
-own for the requests the client timed."""
+"""Where a level's time goes: the mean TTFT and E2E latency our client measured, split by the
+intervals vLLM's server timed for the same requests (its per-request histograms' sum and count
+deltas between a pass's first and last /metrics scrape), taken only where all six counts equal
+the client's completions; TPOT is shown beside the engine's, not split.
+See docs/method.md#time-breakdown."""
 
 from __future__ import annotations
 
