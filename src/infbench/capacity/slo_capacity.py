@@ -1,34 +1,9 @@
-"""SLO capacity measured on a running server: the highest concurrency (closed loop) and the
-highest request rate (open loop) at which at least `attainment` of requests meet every SLO
-of `load.slo_ms`, each probe one or more windowed passes (`serving.window`): only requests
-sent in a steady-state window, after the ramp, are counted, and the load is held until the
-last of them has finished. Requests are distinct: drawn from request_pool.jsonl without
-replacement, never twice in one probe.
-
-    attainment  = counted requests that succeeded within every SLO / counted requests
-                  (pooled over the probe's passes; a failed request misses)
-    its interval: 95 % Wilson score interval of that proportion
-    decision    met when the whole interval is at or above the target, missed when it lies
-                wholly below it or the server fell behind (open loop: its queue growing over
-                the window, or it completed under SATURATED_SHARE of the rate requests were
-                sent at), else undecided: another pass, up to capacity.repeats; a probe still
-                undecided then is met or missed by its point estimate and marked undecided;
-                a pass whose window is past capacity.window_s and waits only on
-                capacity.window_requests ends as soon as its finished requests' misses make
-                the probe missed however the rest would do (missed_whatever_follows)
-    budget      each search (concurrency, rate) stops at capacity.max_search_s: no probe (but
-                its first) or pass starts after it, and a window open at it closes, once its
-                seconds are up, at its next send with what it has counted; the search ends with
-                the bracket it has (outcome out_of_time)
-    capacity    the last met load of the bracket, and (`estimate`) the load where attainment
-                fitted over every probe crosses the target, with a bootstrap 95 % interval
-
-The concurrency search is seeded by the KV simulator: the requests that fit the engine's
-pool at once at their peak footprint (block-exact, vLLM's null block excluded). The rate search
-starts at the request rate the closed loop served at its capacity (Little's law) and goes no
-higher than the most requests per second any closed-loop probe completed (past the server's
-throughput an open loop's queue grows without bound); its windows last at least LONG_PASS
-median latencies of the closed loop at its capacity, so that a queue has time to show.
+"""SLO capacity measured on a running server: the highest concurrency (closed loop) and request
+rate (open loop) at which at least `attainment` of requests meet every SLO of `load.slo_ms`.
+Each probe is one or more steady-state windows (`serving.window`) decided met, missed or
+undecided on its attainment's 95 % Wilson interval; each search stops at capacity.max_search_s.
+See docs/method.md#capacity-search, #capacity-windows, #capacity-decisions,
+#capacity-curtailment and #capacity-time-budget.
 """
 
 from __future__ import annotations
