@@ -1,27 +1,11 @@
-"""A pass measured in a steady-state window: the load is held from the first request to the
-last counted one, and only requests that lived their whole life under that load are counted.
-
-    ramp      until as many requests have completed as the pass keeps in flight: c for a
-              closed loop (about one mean latency at c in flight, Little's law, by when the
-              slots have turned over at staggered times; not until the opening wave's slowest
-              request, which at a long-tailed output length costs several median latencies a
-              pass), or an open loop's cap; one for an uncapped open loop (after about one
-              latency the requests in flight reach rate x latency, Little's law)
-    window    opens when the ramp ends and closes `seconds` later, or once `min_requests`
-              requests were sent in it, whichever is later; once its seconds are up (so it
-              will count exactly `min_requests`), it closes as soon as the counted requests
-              finished so far fix its outcome whatever the rest do, where `settled` says so;
-              past a `deadline` (the capacity search's time budget), once its seconds are up,
-              it closes at the next send with the requests it has counted, however few
-    counted   the requests sent while the window was open
-    hold      after the window closes, slots are refilled (closed loop) or the schedule goes on
-              (open loop) until every counted request has finished; then nothing more is sent,
-              and whatever is still in flight is cancelled, or with `drain` finishes, uncounted
-
-What the server delivered while the window was open (window_output: the requests of the pass
-that completed in it, the output tokens that arrived in it) over its length is the pass's
-throughput. Requests come from a supply of distinct requests, drawn when sent; one that runs
-dry ends sending and is reported (`exhausted`), never cycled.
+"""A pass measured in a steady-state window: a ramp until as many requests have completed as
+the pass keeps in flight, a window open for `seconds` and until `min_requests` were sent in it
+(closed early where `settled` fixes its outcome, or at the next send past a `deadline` once its
+seconds are up), and a hold until every counted request has finished; what is then in flight is
+cancelled, or with `drain` finishes, uncounted. Throughput is what the server delivered while
+the window was open (`window_output`) over its length; a supply that runs dry ends sending and
+is reported (`exhausted`), never cycled. See docs/method.md#steady-state-windows,
+#capacity-curtailment and #capacity-time-budget.
 """
 
 from __future__ import annotations
