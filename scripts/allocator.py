@@ -19,12 +19,8 @@ def main(stage):
         seed=params.seed,
     )
     stage.write(stage.output[0], analysis, schema="allocator")
-    check = analysis["pool_sizing_check"]
-    print(f"study reproduced exactly: {analysis['study']['matches_study']}")
-    print(
-        f"vLLM's pool-sizing formula reproduced: {check['status']} "
-        f"(predicted {check['predicted']['num_blocks']} blocks, vLLM {check['vllm']['num_blocks']})"
-    )
+    for item in analysis["checks"]:
+        print(f"{item['status']}: {item['name']}: {item['detail']}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ def main(stage):
     if counts is not None:
         validation["prefix_requests"] = counts
     stage.write(stage.output[0], validation, schema="kv_validation")
-    print(f"live KV validation: {validation['status']} ({validation['detail']})")
+    for item in validation["checks"]:
+        print(f"{item['status']}: {item['name']}: {item['detail']}")
 
 
 if __name__ == "__main__":

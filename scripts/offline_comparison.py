@@ -35,7 +35,6 @@ def main(stage):
         print(f"{ratio['vllm_scenario']} / {ratio['hf_scenario']}: {ratio['output_throughput']}")
     for item in comparison["checks"]:
         print(f"{item['status']}: {item['name']}: {item['detail']}")
-    print(comparison["agreement"]["note"])
 
 
 if __name__ == "__main__":

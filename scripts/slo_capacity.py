@@ -1,6 +1,7 @@
 """Rule `slo_capacity`: the highest concurrency and request rate served within the SLO, found by
 bracketing and bisection on a server of the model (or the external endpoint) -> slo_capacity.json."""
 
+from infbench.capacity.checks import capacity_checks
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
@@ -55,6 +56,7 @@ def main(stage):
                 "per_million_output_tokens": cost_per_million_output_tokens(params.cost["per_hour"], throughput),
                 "formula": "per_hour / (output tokens/s at the concurrency capacity x 3600) x 10^6",
             },
+            "checks": capacity_checks(result),
         },
         schema="slo_capacity",
     )

@@ -1,9 +1,9 @@
 """Where KV memory binds the capacity search, the requests the server ran at once must lie
-within bounds any server running those requests keeps: worked by hand, and the report's check
+within bounds any server running those requests keeps: worked by hand, and the stage's check
 failing on a planted measurement outside them."""
 
+from infbench.capacity.checks import capacity_checks
 from infbench.capacity.slo_capacity import kv_limit_agreement
-from infbench.report.checks import collect_checks
 from infbench.serving.client import LoadRequest
 
 # 100 usable blocks of 16 tokens. The largest request: 40 prompt + 60 output tokens, 7 blocks at
@@ -44,7 +44,7 @@ def search(kv_limit, limit="kv_memory") -> dict:
 
 def test_the_report_check_fails_outside_the_bounds_and_is_not_available_where_memory_did_not_bind():
     def kv_check(concurrency):
-        checks = collect_checks("m", {"slo_capacity": {"concurrency": concurrency}})
+        checks = capacity_checks({"concurrency": concurrency})
         return next(c for c in checks if c["name"] == "KV-limited concurrency within the bounds a full pool sets")
 
     assert kv_check(search(kv_limit_agreement(30.0, REQUESTS, KV, 22)))["status"] == "pass"

@@ -393,13 +393,13 @@ def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is(
 
 
 def test_the_report_lists_whether_independent_searches_agree():
-    from infbench.report.checks import collect_checks
+    from infbench.capacity.checks import capacity_checks
 
     disagree = reproducibility([{"value": 30, "ci95": [28, 33]}, {"value": 42, "ci95": [39, 45]}])
-    checks = collect_checks("m", {"slo_capacity": {"reproducibility": disagree}})
+    checks = capacity_checks({"reproducibility": disagree})
     agreement = next(c for c in checks if c["name"] == "independent searches agree")
-    assert (agreement["status"], agreement["value"], agreement["stage"]) == ("fail", 12, "slo capacity")
-    assert not any(c["name"] == "independent searches agree" for c in collect_checks("m", {"slo_capacity": {}}))
+    assert (agreement["status"], agreement["value"]) == ("fail", 12)
+    assert not any(c["name"] == "independent searches agree" for c in capacity_checks({}))
 
 
 def test_the_cap_judged_by_is_the_configs_where_it_sets_one():
@@ -410,7 +410,7 @@ def test_the_cap_judged_by_is_the_configs_where_it_sets_one():
 
 
 def test_the_report_warns_where_the_rate_searchs_client_fell_behind():
-    from infbench.report.checks import collect_checks
+    from infbench.capacity.checks import capacity_checks
 
     def rate_search(*behind):
         probes = [
@@ -420,7 +420,7 @@ def test_the_report_warns_where_the_rate_searchs_client_fell_behind():
                                  "outcome": "bracketed", "attainment_rises": []}}  # fmt: skip
 
     def kept(artifact):
-        checks = collect_checks("m", {"slo_capacity": artifact})
+        checks = capacity_checks(artifact)
         return next(c for c in checks if c["name"] == "request rate search: the client kept its schedule")
 
     assert kept(rate_search())["status"] == "pass"

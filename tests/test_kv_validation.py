@@ -109,12 +109,12 @@ def test_on_demand_passes_where_reservation_fails_and_back():
     request = streamed(40, 40)
     kv = {"block_size": 16, "num_blocks": 100}
     growing = live_validation(one_level([request], scraped(on_demand_blocks(request))), kv)
-    assert growing["status"] == "pass", growing["detail"]
+    assert growing["checks"][0]["status"] == "pass", growing["checks"][0]["detail"]
     level = growing["levels"][0]
     assert level["outside_share"] <= MAX_OUTSIDE_SHARE < level["reservation"]["outside_share"]
     assert growing["told_apart"] == level["reservation"]["outside"] > 0
     reserving = live_validation(one_level([request], scraped(reserved_blocks(request))), kv)
-    assert reserving["status"] == "fail", reserving["detail"]
+    assert reserving["checks"][0]["status"] == "fail", reserving["checks"][0]["detail"]
     assert reserving["levels"][0]["reservation"]["outside_share"] <= MAX_OUTSIDE_SHARE
 
 
@@ -126,7 +126,7 @@ def test_chunks_that_carry_several_tokens_widen_the_band_not_the_misses():
     merged = {**tokens, "itl": [0.2] * 19}  # the same 4 s of decoding, a chunk every 2 tokens
     truth = on_demand_blocks(tokens)
     result = live_validation(one_level([merged], scraped(truth)), {"block_size": 16, "num_blocks": 100})
-    assert result["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, result["detail"]
+    assert result["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, result["checks"][0]["detail"]
     _, band = request_band(merged, ON_DEMAND)
     # One chunk in: between 1 and 40 - 19 = 21 tokens had come, ceil(40 / 16) .. ceil(62 / 16) blocks.
     assert band(1.55)[:2] == (3, 4)
@@ -138,10 +138,10 @@ def test_preemption_excuses_only_the_levels_it_touched():
     good = scraped(on_demand_blocks(request))
     load = one_level([request], doubled, preemptions=3.0)
     load["levels"].append({**one_level([request], good)["levels"][0], "max_concurrency": 2})
-    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["status"] == "warn"
+    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["checks"][0]["status"] == "warn"
     load["levels"][0]["preemptions"] = 0.0
     load["levels"][1]["preemptions"] = 3.0  # preempted where it fit; the failing level was not
-    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["status"] == "fail"
+    assert live_validation(load, {"block_size": 16, "num_blocks": 100})["checks"][0]["status"] == "fail"
 
 
 def test_says_when_the_load_cannot_tell_them_apart():
@@ -153,7 +153,11 @@ def test_says_when_the_load_cannot_tell_them_apart():
         return sum(on_demand_blocks(request, 128)(t) for request in requests)
 
     result = live_validation(one_level(requests, scraped(blocks)), {"block_size": 128, "num_blocks": 100})
-    assert result["status"] == "warn" and "cannot tell" in result["detail"] and "block_size to 32" in result["detail"]
+    assert (
+        result["checks"][0]["status"] == "warn"
+        and "cannot tell" in result["checks"][0]["detail"]
+        and "block_size to 32" in result["checks"][0]["detail"]
+    )
     assert result["reservation_outside_share"] <= MAX_OUTSIDE_SHARE
 
 
@@ -174,11 +178,14 @@ def test_shared_prefix_blocks_are_held_once():
     load = one_level([first, second], scraped(blocks))
     prefixes = {("completions", "shared"): prefix_blocks(tokens, 16)}
     shared = live_validation(load, kv, prefixes)
-    assert shared["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, shared["detail"]
+    assert shared["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, shared["checks"][0]["detail"]
     summed = live_validation(load, kv)
-    assert summed["status"] == "fail" and summed["levels"][0]["max_blocks_outside"] == 4
+    assert summed["checks"][0]["status"] == "fail" and summed["levels"][0]["max_blocks_outside"] == 4
     # A chat level's requests are another prompt (the template around it): not shared with these.
-    assert live_validation(one_level([first, second], scraped(blocks), api="chat"), kv, prefixes)["status"] == "fail"
+    assert (
+        live_validation(one_level([first, second], scraped(blocks), api="chat"), kv, prefixes)["checks"][0]["status"]
+        == "fail"
+    )
 
 
 class WordTokenizer:
@@ -237,7 +244,7 @@ def test_live_validation_against_the_server(tiny_run):
 
     live = read_json(tiny_run / "results/tiny/kv_validation.json")
     validate(live, "kv_validation")
-    assert live["status"] == "pass", live
+    assert live["checks"][0]["status"] == "pass", live
     assert live["reservation_outside_share"] > MAX_OUTSIDE_SHARE and live["told_apart"] > 0
     load = read_json(tiny_run / "results/tiny/load.json")
     assert len(live["levels"]) == len(load["levels"])
@@ -296,6 +303,6 @@ def test_shared_prefix_blocks_on_vllm(tiny_model, tmp_path):
     assert len({blocks[0] for blocks in prefixes.values()}) == 1  # one system prompt: its first block shared
     shared = live_validation(load, kv, prefixes)
     assert shared["levels"][0]["samples"] >= 10
-    assert shared["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, shared["detail"]
+    assert shared["levels"][0]["outside_share"] <= MAX_OUTSIDE_SHARE, shared["checks"][0]["detail"]
     summed = live_validation(load, kv)
-    assert summed["levels"][0]["outside_share"] > MAX_OUTSIDE_SHARE, summed["detail"]
+    assert summed["levels"][0]["outside_share"] > MAX_OUTSIDE_SHARE, summed["checks"][0]["detail"]

@@ -176,3 +176,54 @@ def test_the_default_runs_the_studys_single_longest_first_and_its_shorter_warmup
     _, outputs = run_scenarios(Recorder(), full, warmup_runs=1, repeats=2, kv_bytes_per_token=1)
     # The single's longest run (100 tokens alone), not its 60 in the sequential scenario.
     assert {rid: len(ids) for rid, ids in outputs.items()} == {"single": 100, "api": 50, "synthetic": 74}
+
+
+def test_the_comparison_stores_the_same_weights_verdict_among_its_checks():
+    """comparison.json carries the same-weights check beside the like-for-like ones: passing
+    where vLLM's greedy tokens are HF's choice, failing where they are far from it."""
+    from infbench.core.artifacts import validate
+    from infbench.offline.comparison import compare
+
+    def engine_run(engine):
+        run = offline_run(engine)
+        run["scenarios"][0] |= {"kind": "single", "repeats": [{"output_throughput": 10.0 + i, "mean_e2el_ms": 100.0,
+                                                               "mean_ttft_ms": 10.0} for i in range(3)]}  # fmt: skip
+        return run | {"model": "m", "settings": {}, "greedy_outputs": {"r0": [1, 2, 3]}}
+
+    def same_weights(gaps):
+        comparison = compare(
+            [engine_run("hf")], [engine_run("vllm")], {"r0": gaps}, agreement_threshold=0.9, device="cpu",
+            dtype="float32",
+        )  # fmt: skip
+        validate(comparison, "comparison")
+        return next(c for c in comparison["checks"] if c["name"] == "HF and vLLM run the same weights")
+
+    assert same_weights([0.0, 0.0, 0.0])["status"] == "pass"
+    apart = same_weights([9.0, 9.0, 9.0])
+    assert apart["status"] == "fail" and apart["value"] == 0 and "not running the same weights" in apart["detail"]
+
+
+def test_the_allocator_stores_its_two_checks():
+    """allocator.json's checks: vLLM's pool-sizing formula and the study's table reproduced,
+    each failing where it does not hold."""
+    facts = {"block_size": 16, "num_blocks": 64, "kv_capacity_tokens": 1024, "max_concurrency_at_max_model_len": 8.0,
+             "max_model_len": 128}  # fmt: skip
+
+    def checks(engine_facts):
+        analysis = analyse(
+            workload=[{"id": "r0", "prompt_tokens": 20, "max_tokens": 64}],
+            vllm_offline={"natural_output_tokens": {"r0": 10}, "engine_facts": engine_facts},
+            model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
+            dtype="float32",
+            budget_bytes=102_400,
+            max_model_len=128,
+            settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
+            seed=0,
+        )
+        return {c["name"]: (c["status"], c["value"]) for c in analysis["checks"]}
+
+    assert checks(facts) == {
+        "vLLM's pool-sizing formula reproduced": ("pass", 64),
+        "study table reproduced": ("pass", None),
+    }
+    assert checks(facts | {"num_blocks": 65})["vLLM's pool-sizing formula reproduced"] == ("fail", 64)

@@ -425,3 +425,45 @@ def test_the_offline_section_says_when_only_the_studys_request_ran():
     said = "the batching comparison (the workload one at a time, in static batches, all at once) is off"
     assert said in " ".join(default.split()) and "config/full.yaml" in default
     assert said not in " ".join(full.split()) and "config/full.yaml" not in full
+
+
+def test_the_checks_are_read_from_each_artifact_worst_first():
+    """Every artifact's stored checks under its model and stage (a load level's and a live
+    paging server's by name), worst first; a dirty working tree in any provenance is one
+    warning; an artifact from before its stage stored checks adds none and breaks nothing."""
+    from infbench.report.checks import collect_checks
+
+    def item(name, status):
+        return {"name": name, "status": status, "value": None, "detail": f"{name} {status}"}
+
+    clean = {"git": {"commit": "abc", "dirty": False}}
+    artifacts = {
+        "model": small_model(),
+        "slo_capacity": {"checks": [item("converged", "warn")], "provenance": clean},
+        "allocator": {"checks": [item("pool", "pass")], "provenance": {"git": {"commit": "abc", "dirty": True}}},
+        "comparison": {"checks": [item("same weights", "fail")]},
+        "load": {
+            "levels": [
+                {
+                    "mode": "concurrency",
+                    "max_concurrency": 4,
+                    "api": "completions",
+                    "checks": [item("send_lag", "not_available")],
+                }
+            ]
+        },  # fmt: skip
+        "paging_live": small_paging_live(),
+        "kv_validation": {"status": "pass", "detail": "an artifact from before its check was stored"},
+        "workload": [{"id": "r0"}],
+    }
+    checks = collect_checks("m", artifacts)
+    assert [(c["stage"], c["name"], c["status"]) for c in checks] == [
+        ("offline comparison", "same weights", "fail"),
+        ("slo capacity", "converged", "warn"),
+        ("provenance", "code version recorded", "warn"),
+        ("load c=4", "send_lag", "not_available"),
+        ("allocator", "pool", "pass"),
+        ("paging live", "contiguous: pool", "pass"),
+        ("paging live", "paged_32: pool", "pass"),
+    ]
+    assert {c["model"] for c in checks} == {"m"} and checks[2]["detail"].endswith("working tree: allocator")

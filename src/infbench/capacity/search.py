@@ -50,38 +50,12 @@ class Probe:
     client_behind: bool = False  # open loop: the client did not send the load's rate (never met)
 
 
-# How a search ended. Only `bracketed` is converged: both ends of the bracket were probed and
-# decided, and it is as narrow as the tolerance asks.
-OUTCOMES = {
-    "bracketed": "converged: a met and a missed load within the tolerance",
-    "none_met": "not converged: even the lowest load missed the SLO, so the capacity is below it",
-    "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
-    "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
-    "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
-    "client_limited": "not converged: the client fell behind its schedule at the failing load, so the server was "
-    "never offered it",
-    "out_of_time": "not converged: capacity.max_search_s ran out before a met and a missed load were decided within "
-    "the tolerance",
-}
-
-OUTCOME_FIXES = {
-    "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
-    "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
-    "unfinished": "raise capacity.max_probes or capacity.tolerance",
-    "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
-    "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
-    "client process, which on a machine whose cores the engine uses shares them",
-    "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
-    "windows take minutes to count their requests)",
-}
-
-
 @dataclass
 class SearchResult:
     capacity: float | None  # the last passing load; None when even the lowest failed
     first_failing: float | None  # None when the ceiling passed (capacity at least the ceiling)
     probes: list[Probe]
-    outcome: str  # a key of OUTCOMES
+    outcome: str  # a key of core.capacity_terms.OUTCOMES
 
     @property
     def converged(self) -> bool:

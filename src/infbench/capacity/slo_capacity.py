@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from infbench.capacity.estimate import capacity_estimate, reproducibility
 from infbench.capacity.search import Probe, binding_limit, interleaved, search, wilson_interval
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND
 from infbench.core.errors import UserError
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -27,11 +28,6 @@ from infbench.serving.window import RequestSupply, Window, WindowRun, run_window
 # Open-loop windows last at least this many median E2E latencies (of the closed loop at its
 # capacity): long enough for a queue to build where the server cannot keep up.
 LONG_PASS = 10
-# An open-loop pass whose send lag grew over its window by more than this share of the window
-# (the median lag of the last tenth of its counted sends against the first tenth's) did not
-# offer its rate: the client sent at under about 90 % of it. A steady delay does not grow, and
-# a burst sent one request after another adds milliseconds, not a tenth of a window.
-LAG_GROWTH_BEHIND = 0.1
 
 
 class CapacityError(UserError):

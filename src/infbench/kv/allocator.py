@@ -7,6 +7,7 @@ import math
 import random
 
 from infbench.core import study_figures
+from infbench.core.checks import check, passes
 from infbench.kv.simulator import (
     Strategy,
     TraceRequest,
@@ -264,13 +265,30 @@ def analyse(
             max_model_len=PAPER_MAX_LEN,
         ),
     ]
+    study = study_reproduction(kv_bytes, budget_bytes)
+    pool = pool_sizing_check(kv_bytes, budget_bytes, vllm_offline["engine_facts"])
     return {
         "model": model_facts["name"],
         "dtype": dtype,
         "kv_bytes_per_token": kv_bytes,
         "budget_bytes": budget_bytes,
-        "study": study_reproduction(kv_bytes, budget_bytes),
+        "study": study,
         "traces": traces,
         "paper_utilisation": PAPER_UTILISATION,
-        "pool_sizing_check": pool_sizing_check(kv_bytes, budget_bytes, vllm_offline["engine_facts"]),
+        "pool_sizing_check": pool,
+        "checks": [
+            check(
+                "vLLM's pool-sizing formula reproduced",
+                pool["status"],
+                pool["predicted"]["num_blocks"],
+                f"{pool['formula']} gives {pool['predicted']['num_blocks']} blocks, vLLM allocated "
+                f"{pool['vllm']['num_blocks']}: confirms {pool['confirms']}",
+            ),
+            check(
+                "study table reproduced",
+                passes(study["matches_study"]),
+                None,
+                "parts 3 and 4 of the study recomputed exactly",
+            ),
+        ],
     }

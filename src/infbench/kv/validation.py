@@ -260,6 +260,17 @@ def level_check(level: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int
     }
 
 
+def on_demand_check(status: str, worst_share: float | None, detail: str) -> dict:
+    """The stage's one check, in the shape every artifact's `checks` take (core/checks.py: not
+    imported, so that this stage's code inputs stay the simulator's and the workload's)."""
+    return {
+        "name": "scraped KV blocks on demand, not reserved",
+        "status": status,
+        "value": worst_share,
+        "detail": detail,
+    }
+
+
 def live_validation(
     load: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int, ...]] | None = None, unmatched: int = 0
 ) -> dict:
@@ -271,8 +282,7 @@ def live_validation(
     checked = [level for level in levels if level["samples"]]
     if not checked:
         return {
-            "status": "warn",
-            "detail": "no level was scraped: lower load.metrics_interval_s",
+            "checks": [on_demand_check("warn", None, "no level was scraped: lower load.metrics_interval_s")],
             "max_outside_allowed": MAX_OUTSIDE_SHARE,
             "levels": levels,
         }
@@ -306,8 +316,7 @@ def live_validation(
     else:
         status = "pass"
     return {
-        "status": status,
-        "detail": detail,
+        "checks": [on_demand_check(status, worst, detail)],
         "max_outside_share": worst,
         "max_outside_allowed": MAX_OUTSIDE_SHARE,
         "reservation_outside_share": rival_share,

@@ -176,12 +176,21 @@ def compare(
                 "interval_scope": RATIO_SCOPE,
             }
         )
+    agreement = same_model_verdict(hf["greedy_outputs"], vllm["greedy_outputs"], gaps, agreement_threshold)
+    checks.append(
+        check(
+            "HF and vLLM run the same weights",
+            passes(not agreement["flagged"]),
+            agreement["consistency"],
+            agreement["note"],
+        )
+    )
     return {
         "model": vllm["model"],
         "settings": {"hf": hf["settings"], "vllm": vllm["settings"]},
         "checks": checks,
         "ratios": ratios,
         "interleaved_rounds": interleaved_rounds(hf_rounds, vllm_rounds),
-        "agreement": same_model_verdict(hf["greedy_outputs"], vllm["greedy_outputs"], gaps, agreement_threshold),
+        "agreement": agreement,
         "study": study_figures.OFFLINE,
     }

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.capacity.search import OUTCOME_FIXES
-from infbench.capacity.slo_capacity import LAG_GROWTH_BEHIND
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, capacity_text, load_text
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -18,40 +17,6 @@ LIMITS = {
     "client": "the client (it fell behind its schedule: the server was never offered the load)",
     "unknown": "unknown (the endpoint publishes no /metrics)",
 }
-
-
-def load_text(mode: str, load) -> str:
-    if load is None:
-        return "none"
-    return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
-
-
-def capacity_text(mode: str, search: dict) -> str:
-    """The capacity, a lower bound where the search's ceiling itself met the SLO (nothing above
-    it was tested): capacity.max_concurrency, or for rate the most requests per second a
-    closed-loop probe completed, the highest rate probed."""
-    text = load_text(mode, search["capacity"])
-    if search["outcome"] == "client_limited":
-        untested = load_text(mode, search["first_failing"])
-        if search["capacity"] is None:
-            return f"not measured (the client could not send {untested}, the lowest rate probed)"
-        return f"at least {text} (the client could not send {untested}: not tested above)"
-    if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
-        return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
-    if search["outcome"] == "out_of_time":
-        if search["capacity"] is None:
-            lowest = load_text(mode, search["first_failing"])
-            return f"below {lowest} (capacity.max_search_s ran out before a load met the SLO)"
-        if search["first_failing"] is None:
-            return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
-        return f"{text} (capacity.max_search_s ran out before the bracket was decided)"
-    if search["outcome"] != "ceiling_met":
-        return text
-    if mode == "concurrency":
-        return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
-    return (
-        f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
-    )
 
 
 def estimate_text(mode: str, estimate: dict | None) -> str:

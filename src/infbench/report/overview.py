@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.report.capacity import capacity_text, load_text
+from infbench.core.capacity_terms import capacity_text, load_text
 from infbench.report.serving import interval_text, level_label
 
 

@@ -1,0 +1,83 @@
+"""The SLO capacity stage's validity checks, stored in slo_capacity.json: each search converged,
+its attainment fell as load rose, the KV-limited concurrency lies within the bounds a full pool
+sets, the rate search's client kept its schedule, and independent searches agree."""
+
+from __future__ import annotations
+
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, OUTCOMES, capacity_text, load_text
+from infbench.core.checks import check
+
+
+def converged(mode: str, search: dict) -> dict:
+    outcome = search["outcome"]
+    return check(
+        f"{mode.replace('_', ' ')} search converged",
+        "pass" if search["converged"] else "warn",
+        search["capacity"],
+        f"{len(search['probes'])} probes; capacity {capacity_text(mode, search)}, first failing "
+        f"{load_text(mode, search['first_failing'])}: {OUTCOMES[outcome]}"
+        + ("" if search["converged"] else f" ({OUTCOME_FIXES[outcome]})"),
+    )
+
+
+def attainment_falls(mode: str, search: dict) -> dict:
+    rises = search["attainment_rises"]
+    measured = sum("attainment_ci95" in probe for probe in search["probes"])
+    if rises:
+        status, detail = (
+            "fail",
+            "attainment rose beyond both 95 % intervals from "
+            + ", ".join(f"{load_text(mode, a)} to {load_text(mode, b)}" for a, b in rises)
+            + ": the probes measured something besides the load (the machine's speed drifting?)",
+        )
+    elif measured >= 2:
+        status, detail = "pass", f"no probe's attainment interval lies wholly above a lower load's ({measured} probes)"
+    else:
+        status, detail = "not_available", "one probe: nothing to compare"
+    return check(f"{mode.replace('_', ' ')} search: attainment falls as load rises", status, len(rises), detail)
+
+
+def kv_limit_within_bounds(search: dict) -> dict:
+    name = "KV-limited concurrency within the bounds a full pool sets"
+    kv_limit = search["kv_limit"]
+    if kv_limit is None:
+        return check(
+            name,
+            "not_available",
+            None,
+            f"KV memory did not bind the search ({search['binding']['limit'].replace('_', ' ')} did): "
+            "nothing to compare with the simulator's prediction",
+        )
+    return check(name, kv_limit["status"], kv_limit["measured"], kv_limit["detail"])
+
+
+def client_kept_schedule(search: dict) -> dict:
+    behind = [probe["load"] for probe in search["probes"] if probe.get("client_behind")]
+    detail = (
+        f"the client's send lag grew by over {LAG_GROWTH_BEHIND:.0%} of a window (it sent at under about 90 % of "
+        "the rate) at "
+        + ", ".join(load_text("request_rate", load) for load in behind)
+        + ": those rates were not offered, so they are not met and not in the fitted capacity (the capacity "
+        "probes run one client process: on a machine whose cores the engine uses, it shares them; elsewhere the "
+        "rate is above one process's ceiling)"
+        if behind
+        else f"no probe's send lag grew by over {LAG_GROWTH_BEHIND:.0%} of its window"
+    )
+    return check("request rate search: the client kept its schedule", "warn" if behind else "pass", len(behind), detail)
+
+
+def capacity_checks(record: dict) -> list[dict]:
+    """The checks of a capacity record (its `concurrency`, `request_rate` and `reproducibility`,
+    each where it ran), in the shape every artifact's `checks` take (core/checks.py)."""
+    checks = []
+    for mode in ("concurrency", "request_rate"):
+        search = record.get(mode)
+        if search:
+            checks += [converged(mode, search), attainment_falls(mode, search)]
+            checks.append(kv_limit_within_bounds(search) if mode == "concurrency" else client_kept_schedule(search))
+    agreement = record.get("reproducibility")
+    if agreement:
+        checks.append(
+            check("independent searches agree", agreement["status"], agreement["spread"], agreement["detail"])
+        )
+    return checks

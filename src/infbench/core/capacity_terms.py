@@ -1,0 +1,70 @@
+"""How a capacity search's results are worded, shared by the capacity package (which states its
+checks in these words) and the report (which shows them): the ways a search ends, what would
+fix each, the share of a window a client may fall behind by, and a load or capacity as text."""
+
+from __future__ import annotations
+
+# How a search ended. Only `bracketed` is converged: both ends of the bracket were probed and
+# decided, and it is as narrow as the tolerance asks.
+OUTCOMES = {
+    "bracketed": "converged: a met and a missed load within the tolerance",
+    "none_met": "not converged: even the lowest load missed the SLO, so the capacity is below it",
+    "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
+    "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
+    "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
+    "client_limited": "not converged: the client fell behind its schedule at the failing load, so the server was "
+    "never offered it",
+    "out_of_time": "not converged: capacity.max_search_s ran out before a met and a missed load were decided within "
+    "the tolerance",
+}
+
+OUTCOME_FIXES = {
+    "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
+    "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
+    "unfinished": "raise capacity.max_probes or capacity.tolerance",
+    "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
+    "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
+    "client process, which on a machine whose cores the engine uses shares them",
+    "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
+    "windows take minutes to count their requests)",
+}
+
+# An open-loop pass whose send lag grew over its window by more than this share of the window
+# (the median lag of the last tenth of its counted sends against the first tenth's) did not
+# offer its rate: the client sent at under about 90 % of it. A steady delay does not grow, and
+# a burst sent one request after another adds milliseconds, not a tenth of a window.
+LAG_GROWTH_BEHIND = 0.1
+
+
+def load_text(mode: str, load) -> str:
+    if load is None:
+        return "none"
+    return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
+
+
+def capacity_text(mode: str, search: dict) -> str:
+    """The capacity, a lower bound where the search's ceiling itself met the SLO (nothing above
+    it was tested): capacity.max_concurrency, or for rate the most requests per second a
+    closed-loop probe completed, the highest rate probed."""
+    text = load_text(mode, search["capacity"])
+    if search["outcome"] == "client_limited":
+        untested = load_text(mode, search["first_failing"])
+        if search["capacity"] is None:
+            return f"not measured (the client could not send {untested}, the lowest rate probed)"
+        return f"at least {text} (the client could not send {untested}: not tested above)"
+    if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
+        return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
+    if search["outcome"] == "out_of_time":
+        if search["capacity"] is None:
+            lowest = load_text(mode, search["first_failing"])
+            return f"below {lowest} (capacity.max_search_s ran out before a load met the SLO)"
+        if search["first_failing"] is None:
+            return f"at least {text} (capacity.max_search_s ran out before a load missed the SLO)"
+        return f"{text} (capacity.max_search_s ran out before the bracket was decided)"
+    if search["outcome"] != "ceiling_met":
+        return text
+    if mode == "concurrency":
+        return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
+    return (
+        f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
+    )
