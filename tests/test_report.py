@@ -365,8 +365,6 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "repeats": 1,
         "window": {"seconds": "5", "min_requests": 16},
         "whole_pass_levels": "ramp levels",
-        "send_lag_warn_ms": "50",
-        "queue_share_warn": "10%",
         "chat_levels": True,
         "notes": [],
         "placement": "apart",
@@ -377,8 +375,6 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
             "per_chunk_us": "20.0",
             "chunk_ceiling": "50000",
             "first_byte_ms": "0.90",
-            "warn": "50 %",
-            "fail": "80 %",
         },  # fmt: skip
         "table": pd.DataFrame(),
         "figures": [],

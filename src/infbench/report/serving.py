@@ -10,7 +10,6 @@ import seaborn as sns
 from infbench.core import study_figures
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
-from infbench.serving.level_checks import CLIENT_FAIL, CLIENT_WARN, QUEUE_SHARE_WARN, SEND_LAG_WARN_S
 
 
 def level_label(level: dict) -> str:
@@ -224,8 +223,6 @@ def ceiling_view(ceiling: dict) -> dict:
         "per_chunk_us": fmt(ceiling["cpu_per_chunk_s"] * 1e6, 1),
         "chunk_ceiling": fmt(ceiling["chunk_ceiling"], 0),
         "first_byte_ms": fmt(ceiling["first_byte_ms"], 2),
-        "warn": f"{CLIENT_WARN * 100:.0f} %",
-        "fail": f"{CLIENT_FAIL * 100:.0f} %",
     }
 
 
@@ -297,8 +294,6 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "repeats": len(levels[0]["repeats"]) if levels else 0,
         "window": {"seconds": f"{load['settings']['window_s']:g}", "min_requests": load["settings"]["window_requests"]},
         "whole_pass_levels": whole_pass_text(levels),
-        "send_lag_warn_ms": f"{SEND_LAG_WARN_S * 1000:.0f}",
-        "queue_share_warn": f"{QUEUE_SHARE_WARN * 100:.0f} %",
         "chat_levels": any(level["api"] == "chat" for level in levels),
         "notes": load["notes"],
         "placement": placement["note"],
