@@ -294,6 +294,21 @@ def test_the_registry_and_the_partials_agree():
     assert all(f'"report/{pattern}"' in rule for pattern in DECLARED_PARTIALS[:3])
 
 
+def test_each_section_names_a_view_and_artifacts_a_stage_writes():
+    """The registry is the only list of sections: each names a view function that exists and
+    reads only artifacts some stage writes, beside a section listed before it."""
+    import importlib
+
+    from infbench.stages import STAGES
+
+    written = {artifact for stage in STAGES for artifact in stage.outputs}
+    for index, section in enumerate(SECTIONS):
+        module, function = section.view.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(module), function)), section.name
+        assert set(section.reads) <= written and section.reads, section.name
+        assert section.beside is None or section.beside in {s.name for s in SECTIONS[:index]}, section.name
+
+
 def attribute_chains(source: str) -> list[str]:
     """Every name followed by attribute or item lookups inside the template's tags, with string
     literals left out: `v.request.prompt`, `b[k].users`."""

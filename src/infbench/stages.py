@@ -1,8 +1,10 @@
 """The pipeline's stages in one table: when each runs, whether it runs against an external
 endpoint, the artifacts it writes and the report section that shows them. Rule `all`, the
-report's inputs, the run-time records and the report's section order and numbering (in the
-HTML page and in `snakemake --report`) are all read from here: adding a stage is one entry
-here plus its rule.
+report's inputs, the run-time records, the report's section order and numbering (in the HTML
+page and in `snakemake --report`) and which artifacts each section's view reads are all read
+from here: adding a stage is one entry here plus its rule (and, for a new section, its view
+module and partial). Kept light: the Snakefile imports it on every run, so views are named,
+not imported.
 """
 
 from __future__ import annotations
@@ -13,11 +15,21 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Section:
-    """A numbered section of the report; its template is report/sections/{name}.html.j2."""
+    """A numbered section of the report: its template is report/sections/{name}.html.j2 and its
+    view model `infbench.report.{name}.view(*artifacts)`, given the artifacts named in `reads`
+    (None for one the run lacks) and returning None where the section is not shown. `beside`:
+    the section it is read beside, without which it is not shown either."""
 
     name: str
     number: str
     title: str
+    reads: tuple[str, ...]
+    beside: str | None = None
+
+    @property
+    def view(self) -> str:
+        """The dotted name of the view function."""
+        return f"infbench.report.{self.name}.view"
 
     @property
     def category(self) -> str:
@@ -25,18 +37,22 @@ class Section:
         return f"{self.number}. {self.title}"
 
 
+# fmt: off
 SECTIONS = (
-    Section("offline", "1–2", "Hugging Face baseline and vLLM offline, on the same work"),
-    Section("kv_problem", "3", "The KV-cache problem: the study's arithmetic, reproduced"),
-    Section("paging", "4", "Paging: what the study left out"),
-    Section("serving", "5", "The OpenAI-compatible server under load"),
-    Section("client_fidelity", "5.1", "Is the client exact? vLLM's benchmark client beside ours"),
-    Section("prefix_caching", "5.2", "Prefix caching off and on"),
-    Section("tuning", "5.3", "Tuning grid"),
-    Section("capacity", "6", "How many users within the SLO"),
-    Section("paging_live", "7", "The study's 4.8x on vLLM itself"),
-    Section("utilisation", "8", "Distance to the hardware: memory bandwidth utilisation"),
+    Section("offline", "1–2", "Hugging Face baseline and vLLM offline, on the same work",
+            ("hf_baseline", "vllm_offline", "comparison")),
+    Section("kv_problem", "3", "The KV-cache problem: the study's arithmetic, reproduced", ("allocator",)),
+    Section("paging", "4", "Paging: what the study left out", ("allocator", "kv_validation", "paging_live")),
+    Section("serving", "5", "The OpenAI-compatible server under load", ("server", "load")),
+    Section("client_fidelity", "5.1", "Is the client exact? vLLM's benchmark client beside ours",
+            ("client_fidelity",), beside="serving"),
+    Section("prefix_caching", "5.2", "Prefix caching off and on", ("prefix_caching",), beside="serving"),
+    Section("tuning", "5.3", "Tuning grid", ("tuning",), beside="serving"),
+    Section("capacity", "6", "How many users within the SLO", ("slo_capacity",)),
+    Section("paging_live", "7", "The study's 4.8x on vLLM itself", ("paging_live",)),
+    Section("utilisation", "8", "Distance to the hardware: memory bandwidth utilisation", ("utilisation",)),
 )
+# fmt: on
 SECTION = {section.name: section for section in SECTIONS}
 
 

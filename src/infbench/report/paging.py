@@ -85,9 +85,9 @@ def block_size_table(allocator: dict) -> pd.DataFrame:
     )
 
 
-def view(allocator: dict | None, kv_validation: dict | None, live: bool = False) -> dict | None:
-    """What the section shows; None without the allocator analysis. `live`: the page has the
-    live 4.8x section (paging_live)."""
+def view(allocator: dict | None, kv_validation: dict | None, paging_live: dict | None = None) -> dict | None:
+    """What the section shows; None without the allocator analysis. With paging_live the page
+    has the live 4.8x section too."""
     if not allocator:
         return None
     breakdowns = {trace["name"]: breakdown(trace) for trace in allocator["traces"]}
@@ -105,7 +105,7 @@ def view(allocator: dict | None, kv_validation: dict | None, live: bool = False)
         # Where the page measures how many requests a pool admits live.
         "live_sections": (
             f"sections {SECTION['capacity'].number} and {SECTION['paging_live'].number}"
-            if live
+            if paging_live
             else f"section {SECTION['capacity'].number}"
         ),
         "extensions": pd.DataFrame(allocator["study"]["extensions"]),

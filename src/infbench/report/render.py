@@ -4,24 +4,13 @@ provenance; the checks, the overview and the run's provenance around them."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import jinja2
 
 from infbench.core import study_figures
-from infbench.report import (
-    capacity,
-    client_fidelity,
-    kv_problem,
-    offline,
-    paging,
-    paging_live,
-    prefix_caching,
-    serving,
-    tuning,
-    utilisation,
-)
 from infbench.report.checks import checks_view, collect_checks
 from infbench.report.overview import overview_row, overview_table
 from infbench.report.page import model_view, provenance_view, read_benchmarks, workload_view
@@ -30,26 +19,16 @@ from infbench.stages import SECTIONS, Section
 
 
 def section_views(artifacts: dict) -> dict[str, dict | None]:
-    """Every section's view model from one model's artifacts, by section name (None: not shown)."""
-    views = {
-        "offline": offline.view(
-            artifacts.get("hf_baseline"), artifacts.get("vllm_offline"), artifacts.get("comparison")
-        ),
-        "kv_problem": kv_problem.view(artifacts.get("allocator")),
-        "paging": paging.view(
-            artifacts.get("allocator"), artifacts.get("kv_validation"), live=bool(artifacts.get("paging_live"))
-        ),
-        "serving": serving.view(artifacts.get("server"), artifacts.get("load")),
-        "client_fidelity": client_fidelity.view(artifacts.get("client_fidelity")),
-        "prefix_caching": prefix_caching.view(artifacts.get("prefix_caching")),
-        "tuning": tuning.view(artifacts.get("tuning")),
-        "capacity": capacity.view(artifacts.get("slo_capacity")),
-        "paging_live": paging_live.view(artifacts.get("paging_live")),
-        "utilisation": utilisation.view(artifacts.get("utilisation")),
-    }
-    if views["serving"] is None:
-        # The serving stage's companions are read beside its sweep: without one, none is shown.
-        views.update(client_fidelity=None, prefix_caching=None, tuning=None)
+    """Every section's view model from one model's artifacts, by section name (None: not shown),
+    as the stage registry names each view and the artifacts it reads."""
+    views = {}
+    for section in SECTIONS:
+        if section.beside and views[section.beside] is None:
+            views[section.name] = None
+            continue
+        module, function = section.view.rsplit(".", 1)
+        view = getattr(importlib.import_module(module), function)
+        views[section.name] = view(*(artifacts.get(name) for name in section.reads))
     return views
 
 
