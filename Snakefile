@@ -1,5 +1,6 @@
-# LLM-inference benchmarking pipeline: model -> workload -> HF baseline -> vLLM offline ->
-# OpenAI-compatible server under load -> KV-cache allocator analysis -> HTML report.
+# LLM-inference benchmarking pipeline: model -> workload -> HF baseline and vLLM offline ->
+# KV-cache allocator analysis -> OpenAI-compatible server under load -> SLO capacity -> MBU ->
+# HTML report.
 # Run with `snakemake --cores 8`; see README.md.
 
 from snakemake.utils import min_version
@@ -34,16 +35,6 @@ include: "workflow/rules/capacity.smk"
 include: "workflow/rules/kv.smk"
 include: "workflow/rules/utilisation.smk"
 include: "workflow/rules/report.smk"
-
-
-# The serving stages share one server per engine configuration (infbench.engines.shared_server):
-# stop what is still up as the run ends, not after its idle time.
-onsuccess:
-    stop_shared_servers()
-
-
-onerror:
-    stop_shared_servers()
 
 
 rule all:

@@ -1,5 +1,5 @@
-"""Rule `client_fidelity`: on the serving stages' server (started here where none is up), let
-vLLM's benchmark client and ours take turns with the same work -> client_fidelity.json."""
+"""Rule `client_fidelity`: on a fresh server of the model, let vLLM's benchmark client and ours
+take turns with the same work -> client_fidelity.json."""
 
 from infbench.core.artifacts import read_jsonl, write_text_atomic
 from infbench.core.stage import run_stage

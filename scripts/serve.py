@@ -1,7 +1,6 @@
 """Rule `serve`: calibrate the client's ceiling on the reference server, start vLLM's
 OpenAI-compatible server (or, with server.external, reach the endpoint the user runs), run the
-study's request and the load sweep with the openai client, and leave the server to the run's
-other serving stages (engines/shared_server.py) -> server.json and load.json."""
+study's request and the load sweep with the openai client -> server.json and load.json."""
 
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
@@ -9,7 +8,6 @@ from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client
-from infbench.engines.shared_server import run_anchor, stop_all
 from infbench.serving.arrivals import replayable, workload_trace
 from infbench.serving.client_cost import calibrate, cost_of
 from infbench.serving.sweep import run_sweep, study_request
@@ -24,7 +22,7 @@ def main(stage):
     workload = read_jsonl(stage.input.workload)
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     # A fresh server: the study's request below is its first, cold one.
-    server = measured_server(spec, params.server["external"], stage.log.server, "serve", fresh=True)
+    server = measured_server(spec, params.server["external"], stage.log.server)
     endpoint = server.description() if isinstance(server, ExternalEndpoint) else None
     notes = []
     trace = workload_trace(workload)
@@ -34,10 +32,8 @@ def main(stage):
         notes.append("load.chat_concurrency: no chat levels, the model's tokenizer has no chat template")
     if endpoint:
         server.check()  # a wrong key or address stops the stage now, not after the calibration
-    # The client's ceiling on this machine, before any engine runs: the reference server and
-    # this client alone (a few seconds), with no idle server of the run beside it (serve starts
-    # its own fresh).
-    stop_all(anchor=run_anchor())
+    # The client's ceiling on this machine, before the engine starts: the reference server and
+    # this client alone (a few seconds).
     ceiling = calibrate(stage.log.calibration)
     with server:
         placement = place_client(params.threads, params.device)

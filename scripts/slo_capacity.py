@@ -1,5 +1,5 @@
 """Rule `slo_capacity`: the highest concurrency and request rate served within the SLO, found by
-bracketing and bisection on a server of the model (or the external endpoint) -> slo_capacity.json."""
+bracketing and bisection on a fresh server of the model (or the external endpoint) -> slo_capacity.json."""
 
 from infbench.capacity.checks import capacity_checks
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
@@ -16,7 +16,7 @@ def main(stage):
     workload = read_jsonl(stage.input.workload)
     pool = read_jsonl(stage.input.pool)
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
-    server = measured_server(spec, params.server["external"], stage.log.server, "slo_capacity")
+    server = measured_server(spec, params.server["external"], stage.log.server)
     external = isinstance(server, ExternalEndpoint)
     # Read before the server starts: importing vLLM's defaults takes seconds of CPU.
     max_num_seqs = None if external else server_max_num_seqs(params.engine)

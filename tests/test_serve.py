@@ -48,7 +48,7 @@ def processes() -> list[tuple[int, int, str, str]]:
     return found
 
 
-def server_group(port: str, program: str = "api_server") -> int:
+def server_group(port: str, program: str = "vllm.entrypoints") -> int:
     """The process group of the server listening on `port` (it leads its own group)."""
     leaders = [pgid for pid, pgid, state, cmd in processes() if program in cmd and f"--port {port} " in cmd + " "]
     assert leaders, f"no {program} server on port {port}"

