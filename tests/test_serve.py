@@ -304,38 +304,9 @@ def test_server_killed_mid_level_fails_the_rule_and_counts_failures(tmp_path, ti
     assert not (workdir / "results/tiny/load.json").exists()
 
 
-def rule_script_pid(workdir: Path) -> int:
-    """The Python process running the serve rule's script for this working directory."""
-    for pid, _, state, cmd in processes():
-        if "serve.py" in cmd and ".snakemake/scripts" in cmd and state != "Z":
-            if Path(f"/proc/{pid}/cwd").resolve() == workdir.resolve():
-                return pid
-    raise AssertionError("no serve script process")
-
-
-def test_a_schedulers_sigterm_to_the_job_stops_the_vllm_server(tmp_path, tiny_model):
-    """SIGTERM to the job (a scheduler's kill) unwinds through the server's stop: never an
-    orphan, never a bound port, no artifact, one line saying so. Ctrl-C and every other way a
-    stage is stopped take the same path, and are tested on the reference server below."""
-    workdir = serve_workdir(tmp_path, tiny_model, window_s=600)
-    run = start_snakemake(workdir, "results/tiny/load.json")
-    log = workdir / "logs/serve/tiny.log"
-    port = wait_for_line(log, r"server ready on http://127\.0\.0\.1:(\d+)").group(1)
-    pgid = server_group(port)
-    os.kill(rule_script_pid(workdir), signal.SIGTERM)
-    try:
-        stdout, stderr = run.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        for group in (run.pid, pgid):  # leave nothing running for the tests after this one
-            os.killpg(group, signal.SIGKILL)
-        raise
-    assert not wait_gone(pgid, 60), "server survived SIGTERM to its job"
-    assert port_is_free(int(port))
-    assert run.returncode != 0 and not (workdir / "results/tiny/load.json").exists()
-    assert "interrupted" in stderr + stdout
-
-
-# A stage as run_stage runs it, holding a server: what every server rule does.
+# A stage as run_stage runs it, holding a server: what every server rule does. The stop is the
+# same for every server (its whole process group, TERM then KILL); what is vLLM's own, an engine
+# core left behind when its API server dies, is the killed-server test's above.
 STAGE_HOLDING_A_SERVER = """
 import sys, time
 from types import SimpleNamespace
