@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_checkout, snakemake, tiny_config, write_config
+from timing import SchedulingJitter
 
 from infbench.core.artifacts import read_json, validate
 from infbench.serving.arrivals import TraceArrivals
@@ -106,12 +107,23 @@ def test_trace_levels_one_a_scale_with_the_traces_rate():
     assert configured_levels(load, "completions", False, (0.0,)) == []  # one arrival: nothing to replay
 
 
+# What a send may lag its time by on an idle machine: the client's work for a request due at the
+# same moment before it (1-2 ms measured) and asyncio rounding its timer up to the millisecond.
+SEND_COST_S = 0.003
+
+
 def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path):
     """Arrivals 0, 0.4, 0.4, 1.2 s replayed twice as fast on the reference server: each request
-    leaves at half its arrival time (the schedule the client records, and when it sent)."""
+    leaves at half its arrival time (the schedule the client records, and when it sent), never
+    before it and late by no more than its own cost and the machine's waits, measured alongside:
+    its timer's and one turn for a CPU (in 16 runs, 8 of them with three busy loops on 2 cores,
+    lateness exceeded the probe's worst two waits in a row by at most 1.2 ms)."""
     arrivals = (0.0, 0.4, 0.4, 1.2)
     requests = [LoadRequest(f"trace-{i}#0", "hello world", 2, 3) for i in range(len(arrivals))]
-    with ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server:
+    with (
+        ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server,
+        SchedulingJitter() as jitter,
+    ):
         run = asyncio.run(
             run_level(
                 server.base_url, "reference", requests, concurrency=None, arrivals=TraceArrivals(arrivals, 2.0),
@@ -119,8 +131,8 @@ def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path
             )
         )  # fmt: skip
     assert run.scheduled == [0.0, 0.2, 0.2, 0.6]
-    sent = [s.sent_at - run.started for s in run.results]
-    assert all(abs(when - due) < 0.05 for when, due in zip(sent, run.scheduled)), sent
+    late = [s.sent_at - run.started - due for s, due in zip(run.results, run.scheduled)]
+    assert all(0 <= lag < jitter.allowance(SEND_COST_S, wakes=2) for lag in late), (late, jitter)
     assert all(s.result.success for s in run.results)
 
 
