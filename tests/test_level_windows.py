@@ -11,8 +11,8 @@ from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.client import LevelRun, PassWindow, StreamedResult
 from infbench.serving.level_checks import saturation_check
 from infbench.serving.reference_server import ReferenceServer, Schedule
-from infbench.serving.sweep import SweepError, run_sweep
-from infbench.serving.window import WindowRun, window_output
+from infbench.serving.sweep import run_sweep
+from infbench.serving.window import PoolRanDry, WindowRun, window_output
 
 
 def rows(count: int) -> list[dict]:
@@ -149,7 +149,7 @@ def test_a_pool_that_runs_out_fails_the_steady_window_check_or_stops_the_stage(t
         assert check(repeat, "steady_window")["status"] == "fail"
         assert "workload.pool_requests" in check(repeat, "steady_window")["detail"]
         # 4 rows: the ramp uses them all, and nothing is counted.
-        with pytest.raises(SweepError, match="raise workload.pool_requests"):
+        with pytest.raises(PoolRanDry, match="raise workload.pool_requests"):
             sweep(server, rows(4), request_rates=[], repeats=1)
 
 

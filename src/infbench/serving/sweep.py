@@ -13,12 +13,11 @@ import openai
 
 from infbench.core import study_figures
 from infbench.core.checks import STATUS_RANK, check
-from infbench.core.errors import UserError
 from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, goodput, meets_slo
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.server_metrics import MetricsSeries
-from infbench.engines.vllm_server import ServerError, VLLMServer
+from infbench.engines.vllm_server import VLLMServer
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, load_request, run_level, trace_requests
 from infbench.serving.client_cost import ClientCost
@@ -30,7 +29,7 @@ from infbench.serving.level_checks import (
     validity_checks,
 )
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
-from infbench.serving.window import RequestSupply, Window, level_run, run_window
+from infbench.serving.window import RequestSupply, Window, ensure_alive, level_run, measure_pass
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
 
 
@@ -395,10 +394,6 @@ def expected_client_share(level: Level, requests: list[LoadRequest], client_cost
     return client_cost.load_share(rate, rate * mean_tokens)
 
 
-class SweepError(UserError):
-    """A level that could not be measured as configured: the message says why and what to change."""
-
-
 def recorded(requests, drawn: dict[str, LoadRequest]):
     """The requests of an iterator as they are drawn, each also kept in `drawn` by its id."""
     for request in requests:
@@ -435,24 +430,9 @@ def run_sweep(
     drawn: dict[str, LoadRequest] = {r.id: r for r in traced}
     runs = [[] for _ in levels]
 
-    def check_alive(level: Level, results) -> None:
-        if not server.alive():
-            failed = sum(not s.result.success for s in results)
-            what = "the endpoint stopped answering" if isinstance(server, ExternalEndpoint) else "the vLLM server died"
-            raise ServerError(
-                f"{what} during the load level {level.label}: {failed} of {len(results)} finished requests failed; "
-                f"its log:\n{server.log_tail()}"
-            )
-
     def how(level: Level) -> dict:
         """What every pass of a level is sent and scraped with, whole or windowed."""
-        return {
-            "interval_s": load["metrics_interval_s"],
-            "timeout_s": timeout_s,
-            "api": level.api,
-            "api_key": server.api_key,
-            "scrape_metrics": server.metrics,
-        }
+        return {"interval_s": load["metrics_interval_s"], "timeout_s": timeout_s, "api": level.api}
 
     def whole_pass(level: Level, batch: list[LoadRequest], *, concurrency, arrivals, pass_seed, processes=1):
         run = asyncio.run(
@@ -464,34 +444,29 @@ def run_sweep(
                 arrivals=arrivals,
                 seed=pass_seed,
                 **how(level),
+                api_key=server.api_key,
+                scrape_metrics=server.metrics,
                 processes=processes,
             )
         )
-        check_alive(level, run.results)
+        ensure_alive(server, f"the load level {level.label}", run.results)
         return run
 
     def windowed_pass(level: Level, pass_seed: int) -> LevelRun:
-        run = asyncio.run(
-            run_window(
-                server.base_url,
-                server.served_name,
-                recorded(supply.take(), drawn),
-                window=window,
-                concurrency=level.concurrency,
-                arrivals=level.arrivals,
-                seed=pass_seed,
-                **how(level),
-                drain=True,  # every request vLLM timed among the results: the time split needs them
-            )
+        measured = measure_pass(
+            server,
+            recorded(supply.take(), drawn),
+            what=f"the load level {level.label}",
+            pool=f"{len(pool)} distinct requests in request_pool.jsonl",
+            fix="lower the level",
+            window=window,
+            concurrency=level.concurrency,
+            arrivals=level.arrivals,
+            seed=pass_seed,
+            **how(level),
+            drain=True,  # every request vLLM timed among the results: the time split needs them
         )
-        check_alive(level, run.results)
-        if not run.counted_results:
-            raise SweepError(
-                f"the request pool ran out before the window of the level {level.label} counted a request "
-                f"({run.sent} sent, {len(pool)} distinct requests in request_pool.jsonl): raise "
-                "workload.pool_requests (a dataset: use a larger one), or lower the level"
-            )
-        return level_run(run)
+        return level_run(measured)
 
     def ramp_requests() -> list[LoadRequest]:
         return list(recorded(itertools.islice(supply.take(), load["ramp"]["requests"]), drawn))

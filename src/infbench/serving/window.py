@@ -4,7 +4,8 @@ the pass keeps in flight, a window open for `seconds` and until `min_requests` w
 seconds are up), and a hold until every counted request has finished; what is then in flight is
 cancelled, or with `drain` finishes, uncounted. Throughput is what the server delivered while
 the window was open (`window_output`) over its length; a supply that runs dry ends sending and
-is reported (`exhausted`), never cycled. See docs/method.md#steady-state-windows,
+is reported (`exhausted`), never cycled. `measure_pass` is the one windowed pass of the
+serving levels and the capacity probes. See docs/method.md#steady-state-windows,
 #capacity-curtailment and #capacity-time-budget.
 """
 
@@ -15,11 +16,15 @@ import contextlib
 import itertools
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from infbench.core.errors import UserError
+from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
+from infbench.engines.vllm_server import ServerError
 from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
 
@@ -341,13 +346,85 @@ def window_output(run: WindowRun) -> tuple[int, int, float]:
     return completed, prompt_tokens, tokens
 
 
-def level_run(run: WindowRun) -> LevelRun:
-    """A windowed pass as a serving level's pass: its counted requests, over its window, the
-    client's CPU seconds at the pass's own rate over the window, the whole pass in `window`
-    with what the server delivered while the window was open (window_output), the level's
-    throughput."""
+class PoolRanDry(UserError):
+    """A windowed pass whose request pool ran out before its window counted a request."""
+
+
+def send_lag_growth_s(run: WindowRun) -> float | None:
+    """Open loop: the median send lag of the last tenth of the counted requests less the first
+    tenth's (at least one each); None for a closed loop or a pass that counted nothing."""
+    lags = run.counted_send_lags_s
+    if not lags:
+        return None
+    tenth = max(1, len(lags) // 10)
+    return statistics.median(lags[-tenth:]) - statistics.median(lags[:tenth])
+
+
+@dataclass
+class MeasuredPass:
+    """A windowed pass as the serving levels and the capacity probes read it: the run, what the
+    server delivered in its window (`window_output`) and, open loop, its two signs of
+    saturation (`saturation`) and its send lag's growth (`send_lag_growth_s`)."""
+
+    run: WindowRun
+    open_loop: bool
+    completed: int
+    prompt_tokens: int
+    output_tokens: float
+    behind: bool = False
+    growing: bool = False
+    send_lag_growth_s: float | None = None
+
+    @classmethod
+    def of(cls, run: WindowRun, open_loop: bool) -> MeasuredPass:
+        seconds = run.window_s
+        delivered = window_output(run) if seconds else (0, 0, 0.0)
+        if not open_loop:
+            return cls(run, False, *delivered)
+        sent_and_completed = (len(run.counted_results) / seconds, delivered[0] / seconds) if seconds else (None, None)
+        behind, growing = saturation(*sent_and_completed, run.window_samples())
+        return cls(run, True, *delivered, behind, growing, send_lag_growth_s(run))
+
+    @property
+    def counted(self) -> list[RequestResult]:
+        return [s.result for s in self.run.counted_results]
+
+
+def ensure_alive(server, what: str, results: list[StreamedResult]) -> None:
+    """A server that died during a pass stops the stage: its failures are no measurement."""
+    if not server.alive():
+        failed = sum(not s.result.success for s in results)
+        raise ServerError(
+            f"the server stopped answering during {what}: {failed} of {len(results)} finished requests failed; "
+            f"its log:\n{server.log_tail()}"
+        )
+
+
+def measure_pass(
+    server, supply: Iterator[LoadRequest], *, what: str, pool: str | None, fix: str, drain: bool = False, **pass_
+) -> MeasuredPass:
+    """`run_window` on `server` (`pass_`: its window, load, seed, interval, timeout and API).
+    Raises ServerError where the server is not alive after it, and PoolRanDry where it counted
+    nothing from `pool` (the distinct requests it drew from; None: a replay ends with its
+    trace). `what` names the pass and `fix` the other remedy in those messages."""
+    run = asyncio.run(
+        run_window(server.base_url, server.served_name, supply, api_key=server.api_key,
+                   scrape_metrics=server.metrics, drain=drain, **pass_)
+    )  # fmt: skip
+    ensure_alive(server, what, run.results)
+    if not run.counted_results and pool is not None:
+        raise PoolRanDry(
+            f"the request pool ran out before the window of {what} counted a request ({run.sent} sent, {pool}): "
+            f"raise workload.pool_requests (a dataset: use a larger one), or {fix}"
+        )
+    return MeasuredPass.of(run, open_loop=pass_["arrivals"] is not None)
+
+
+def level_run(measured: MeasuredPass) -> LevelRun:
+    """A windowed pass as a serving level's pass: its counted requests over its window, the
+    client's CPU seconds at the pass's own rate over the window, the whole pass in `window`."""
+    run = measured.run
     counted = run.counted_results
-    completed, prompt_tokens, output_tokens = window_output(run)
     return LevelRun(
         results=counted,
         duration_s=run.window_s,
@@ -357,7 +434,7 @@ def level_run(run: WindowRun) -> LevelRun:
         started=run.started,
         window=PassWindow(
             run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
-            completed, prompt_tokens, output_tokens,
+            measured.completed, measured.prompt_tokens, measured.output_tokens,
         ),
     )  # fmt: skip
 
