@@ -214,6 +214,8 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
     the interval's against the target (never met where the client fell behind its schedule)."""
     import pytest
 
+    from infbench.capacity.probe import verdict
+
     for probe in probes:
         passes = probe["pass_records"]
         assert probe["passes"] == len(passes) >= 1
@@ -256,12 +258,9 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         # The decision is the interval's against the target; an undecided probe steers by its
         # share, unless its client fell behind (a load not offered steers as missed), which
         # counts only where the probe did not miss at the load it got.
-        missed_anyway = high < target or probe["saturated"]
         behind = probe["client_behind"]
-        assert behind == (any(p["client_behind"] for p in passes) and not missed_anyway)
-        expected = (
-            "missed" if high < target or probe["saturated"] else "met" if low >= target and not behind else "undecided"
-        )
+        expected = verdict(probe["met_slo"], probe["requests"], target, probe["saturated"], behind)
+        assert behind == (any(p["client_behind"] for p in passes) and expected != "missed")
         assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
         assert probe["met"] == (
             expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind)

@@ -3,7 +3,7 @@ within bounds any server running those requests keeps: worked by hand, and the s
 failing on a planted measurement outside them."""
 
 from infbench.capacity.checks import capacity_checks
-from infbench.capacity.slo_capacity import kv_limit_agreement
+from infbench.kv.capacity_bounds import kv_limit_agreement
 from infbench.serving.client import LoadRequest
 
 # 100 usable blocks of 16 tokens. The largest request: 40 prompt + 60 output tokens, 7 blocks at

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
+from infbench.capacity.probe import PassRecord, verdict
 from infbench.capacity.search import (
     Probe,
     SearchResult,
@@ -17,7 +18,7 @@ from infbench.capacity.search import (
     search,
     wilson_interval,
 )
-from infbench.capacity.slo_capacity import cost_per_million_output_tokens, decision, pass_record, pool_share
+from infbench.capacity.slo_capacity import cost_per_million_output_tokens, pool_share
 from infbench.report.capacity import capacity_text, estimate_text
 
 
@@ -172,16 +173,16 @@ def test_attainment_that_rises_with_load_beyond_its_intervals_is_named():
     assert SearchResult(4, 8, risen, "bracketed").to_json()["attainment_rises"] == [[8, 16]]
 
 
-def test_wilson_interval_and_the_probe_decision():
+def test_wilson_interval_and_the_probes_verdict():
     low, high = wilson_interval(8, 10)
     assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
     assert wilson_interval(0, 0) == (0.0, 1.0)
-    assert decision(2, 16, 0.9) == "missed"  # 12 % met: [4 %, 36 %] lies below 90 %
-    assert decision(13, 16, 0.9) == "undecided"  # 81 %: [57 %, 93 %] straddles 90 %
-    assert decision(34, 34, 0.9) == "undecided"  # all met, but [0.898, 1]: 34 are too few to clear 0.9
-    assert decision(35, 35, 0.9) == "met"  # [0.901, 1]
-    assert decision(29, 32, 0.9) == "undecided"  # the passing 29/32: [0.76, 0.97]
-    assert decision(35, 35, 0.9, saturated=True) == "missed"  # a server that fell behind misses
+    assert verdict(2, 16, 0.9) == "missed"  # 12 % met: [4 %, 36 %] lies below 90 %
+    assert verdict(13, 16, 0.9) == "undecided"  # 81 %: [57 %, 93 %] straddles 90 %
+    assert verdict(34, 34, 0.9) == "undecided"  # all met, but [0.898, 1]: 34 are too few to clear 0.9
+    assert verdict(35, 35, 0.9) == "met"  # [0.901, 1]
+    assert verdict(29, 32, 0.9) == "undecided"  # the passing 29/32: [0.76, 0.97]
+    assert verdict(35, 35, 0.9, saturated=True) == "missed"  # a server that fell behind misses
 
 
 def test_a_bracket_with_an_undecided_end_is_not_converged():
@@ -468,7 +469,7 @@ def test_a_passs_peaks_are_its_windows_not_its_opening_bursts():
     from infbench.core.metrics import RequestResult
     from infbench.engines.server_metrics import MetricsSeries
     from infbench.serving.client import StreamedResult
-    from infbench.serving.window import WindowRun
+    from infbench.serving.window import MeasuredPass, WindowRun
 
     running, waiting = "vllm:num_requests_running", "vllm:num_requests_waiting"
     samples = [
@@ -479,7 +480,7 @@ def test_a_passs_peaks_are_its_windows_not_its_opening_bursts():
     ]
     results = [StreamedResult(RequestResult(f"r{i}", 4, 4, 0.05, 0.2), "", sent_at=1.2 + i) for i in range(2)]
     run = WindowRun(results, [True, True], 1.0, 3.0, 3.6, MetricsSeries(samples), 0.0, False, 12)
-    record = pass_record(run, {"ttft": 1000}, open_loop=False)
+    record = PassRecord.of(MeasuredPass.of(run, False), {"ttft": 1000}).to_json()
     assert record["peak_num_requests_waiting"] == 3 and record["peak_num_requests_running"] == 8
     run.metrics = MetricsSeries([], available=False)
-    assert pass_record(run, {"ttft": 1000}, open_loop=False)["peak_num_requests_waiting"] is None
+    assert PassRecord.of(MeasuredPass.of(run, False), {"ttft": 1000}).to_json()["peak_num_requests_waiting"] is None

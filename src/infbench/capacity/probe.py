@@ -1,0 +1,304 @@
+"""A capacity probe: windowed passes (`serving.window.measure_pass`) at one load until its
+attainment's 95 % Wilson interval decides it met, missed or undecided (`verdict`), each pass's
+window closed early once the probe is missed (`missed_whatever_follows`) or the search's time
+is up (`TimeBudget`). See docs/method.md#capacity-windows, #capacity-decisions,
+#capacity-curtailment and #capacity-time-budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from infbench.capacity.search import Probe, wilson_interval
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND
+from infbench.core.metrics import MS, aggregate, meets_slo
+from infbench.core.stats import percentile, summarize
+from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
+from infbench.serving.client import load_request
+from infbench.serving.window import MeasuredPass, RequestSupply, Window, measure_pass
+
+
+def verdict(met: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
+    """met / missed / undecided: the 95 % Wilson interval of met / counted against the target;
+    missed where saturated, never met where the client fell behind its schedule."""
+    low, high = wilson_interval(met, counted)
+    if saturated or high < target:
+        return "missed"
+    return "met" if low >= target and not client_behind else "undecided"
+
+
+def missed_whatever_follows(prior_met: int, prior_counted: int, planned: int, target: float, slo_ms: dict):
+    """A pass's `Window.settled`: given its finished counted requests, whether the probe is
+    missed even if every one of its `planned` not yet seen to miss meets the SLO."""
+
+    def settled(finished) -> bool:
+        misses = sum(not meets_slo(r, slo_ms) for r in finished)
+        return verdict(prior_met + planned - misses, prior_counted + planned, target) == "missed"
+
+    return settled
+
+
+class TimeBudget:
+    """capacity.max_search_s from the last `start()`; never out before the first."""
+
+    def __init__(self, seconds: float | None = None):
+        self.seconds, self.deadline = seconds, None
+
+    def start(self) -> float:
+        started = time.perf_counter()
+        self.deadline = started + self.seconds
+        return started
+
+    def out(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline
+
+
+def window_peak(series, in_window: list[dict], name: str) -> float | None:
+    """The highest of the window's scrapes (0 if none caught it); None without /metrics."""
+    if not series.available:
+        return None
+    return max((sample[name] for sample in in_window if name in sample), default=0.0)
+
+
+@dataclass
+class PassRecord:
+    """One windowed pass of a probe and how many of its counted requests met every SLO."""
+
+    measured: MeasuredPass
+    met_slo: int
+
+    @classmethod
+    def of(cls, measured: MeasuredPass, slo_ms: dict) -> PassRecord:
+        return cls(measured, sum(meets_slo(r, slo_ms) for r in measured.counted))
+
+    @property
+    def requests(self) -> int:
+        return len(self.measured.run.counted_results)
+
+    @property
+    def saturated(self) -> bool:
+        return self.measured.behind or self.measured.growing
+
+    @property
+    def client_behind(self) -> bool:
+        """Its send lag grew by over LAG_GROWTH_BEHIND of its window."""
+        growth, window = self.measured.send_lag_growth_s, self.measured.run.window_s
+        return growth is not None and window > 0 and growth > LAG_GROWTH_BEHIND * window
+
+    def to_json(self) -> dict:
+        run, measured = self.measured.run, self.measured
+        counted = measured.counted
+        window = run.window_s
+        summary = aggregate(counted, window or run.ended_s)
+        series = run.metrics
+        in_window = run.window_samples()
+        running = [s["vllm:num_requests_running"] for s in in_window if "vllm:num_requests_running" in s]
+        preemptions = series.first_last("vllm:num_preemptions_total")
+        completed_rate = measured.completed / window if window else None
+        growth = measured.send_lag_growth_s
+        return {
+            "window_s": [run.opened_s, run.closed_s],
+            "sent": run.sent,
+            "requests": len(counted),
+            "supply_exhausted": run.exhausted,
+            "met_slo": self.met_slo,
+            "settled_early": run.settled_early,
+            "closed_at_deadline": run.closed_at_deadline,
+            "failed": summary["failed"],
+            "duration_s": run.ended_s,
+            "output_throughput": measured.output_tokens / window if window else 0.0,
+            "request_throughput": completed_rate or 0.0,
+            **{f"{stat}_ms": summary[f"{stat}_ms"] for stat in PASS_LATENCIES},
+            "offered_request_rate": (len(counted) / window if window else None) if measured.open_loop else None,
+            "achieved_request_rate": completed_rate if measured.open_loop else None,
+            "queue_growing": measured.growing,
+            "saturated": self.saturated,
+            "send_lag_growth_ms": growth * MS if growth is not None else None,
+            "client_behind": self.client_behind,
+            "mean_num_requests_running": sum(running) / len(running) if running else None,
+            # Peaks in the window, as the binding limit reads it: the ramp's opening burst is not the load.
+            **{f"peak_{name}": window_peak(series, in_window, f"vllm:{name}") for name in PEAKS},
+            "preemptions": preemptions[1] - preemptions[0] if series.available else None,
+            # The window's scrapes: the binding limit is read from values that co-occurred.
+            "metrics_series": in_window,
+        }
+
+
+PASS_LATENCIES = ("median_ttft", "p99_ttft", "median_tpot", "p99_tpot", "median_itl", "median_e2el", "p99_e2el")
+PEAKS = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
+
+
+def pooled_latency(results, name: str, q: float) -> float | None:
+    values = [getattr(r, name) for r in results if r.success and getattr(r, name) is not None]
+    return percentile([v * MS for v in values], q) if values else None
+
+
+def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool) -> dict:
+    """A probe over its passes: pooled attainment with its interval and verdict, pooled
+    percentiles (each latency at the target's percentile too), the throughput's mean and 95 %
+    interval across passes, the server's peaks; `out_of_time` where the time budget left it
+    undecided."""
+    records = [p.to_json() for p in passes]
+    pooled = [r for p in passes for r in p.measured.counted]
+    counted, met = sum(p.requests for p in passes), sum(p.met_slo for p in passes)
+    low, high = wilson_interval(met, counted)
+    saturated = any(p.saturated for p in passes)
+    # A probe missed at the load actually offered missed whatever the client sent: the client's
+    # lag is recorded only otherwise.
+    decision = verdict(met, counted, target, saturated, any(p.client_behind for p in passes))
+    client_behind = any(p.client_behind for p in passes) and decision != "missed"
+
+    def peak(key):
+        values = [r[key] for r in records if r[key] is not None]
+        return max(values) if values else None
+
+    preemptions = [r["preemptions"] for r in records if r["preemptions"] is not None]
+    return {
+        "passes": len(passes),
+        "requests": counted,
+        "sent": sum(r["sent"] for r in records),
+        "met_slo": met,
+        "attainment": met / counted if counted else 0.0,
+        "attainment_ci95": [low, high],
+        "decision": decision,
+        "supply_exhausted": any(r["supply_exhausted"] for r in records),
+        "output_throughput": summarize(r["output_throughput"] for r in records).to_json(),
+        "request_throughput": summarize(r["request_throughput"] for r in records).to_json(),
+        **{f"p99_{metric}_ms": pooled_latency(pooled, metric, 99) for metric in ("ttft", "tpot", "e2el")},
+        "at_target_percentile_ms": {
+            metric: pooled_latency(pooled, metric, 100 * target) for metric in ("ttft", "tpot", "e2el")
+        },
+        **{f"median_{metric}_ms": pooled_latency(pooled, metric, 50) for metric in ("ttft", "tpot", "e2el")},
+        "median_itl_ms": percentile([g * MS for r in pooled if r.success for g in r.itl], 50)
+        if any(r.itl for r in pooled)
+        else None,
+        "saturated": saturated,
+        "client_behind": client_behind,
+        "stopped_early": len(passes) < repeats,
+        "out_of_time": out_of_time and decision == "undecided",
+        **{f"peak_{name}": peak(f"peak_{name}") for name in PEAKS},
+        "preemptions": sum(preemptions) if preemptions else None,
+        "pass_records": records,
+    }
+
+
+def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:
+    """The progress line of one probe."""
+    decision, (low, high) = record["decision"], record["attainment_ci95"]
+    return (
+        f"probe {shown}: {record['attainment'] * 100:.0f} % of {record['requests']} counted requests "
+        f"({record['sent']} sent) within the SLO [{low * 100:.0f}, {high * 100:.0f}] over {record['passes']} "
+        f"window(s) of {window.seconds:g} s, p99 TTFT {record['p99_ttft_ms'] or 0:.0f} ms, p99 TPOT "
+        f"{record['p99_tpot_ms'] or 0:.1f} ms, {record['output_throughput']['mean']:.1f} output tok/s: {decision}"
+        + (" (saturated)" if record["saturated"] else "")
+        + (
+            " (the client fell behind its schedule: this rate was not offered)"
+            if record["client_behind"]
+            else f", so {'met' if met else 'missed'} by its point estimate"
+            if decision == "undecided"
+            else ""
+        )
+        + (" (the request pool ran out: raise workload.pool_requests)" if record["supply_exhausted"] else "")
+        + (" (its window ended once missed)" if any(p["settled_early"] for p in record["pass_records"]) else "")
+        + (" (capacity.max_search_s ran out: no more windows)" if record["out_of_time"] else "")
+    )
+
+
+class Prober:
+    """Measures probes of one kind (closed-loop `concurrency` or open-loop `request_rate`) on a
+    running server with the config's `capacity` settings and `load_settings` (its load section),
+    every probe drawing distinct requests from `pool` in a seeded order, within `budget`."""
+
+    def __init__(
+        self,
+        server,
+        workload: list[dict],
+        pool: list[dict],
+        settings: dict,
+        load_settings: dict,
+        *,
+        seed: int,
+        timeout_s: float,
+        budget: TimeBudget | None = None,
+        progress=print,
+    ):
+        self.server, self.settings, self.load_settings = server, settings, load_settings
+        self.seed, self.timeout_s, self.progress = seed, timeout_s, progress
+        self.budget = budget or TimeBudget()
+        self.api = workload[0]["api"]
+        self.supply = RequestSupply(pool, load_request, seed)
+        self.window = Window(settings["window_s"], settings["window_requests"])
+        # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
+        arrivals = workload_trace(workload)
+        self.trace = TraceArrivals(arrivals) if replayable(arrivals) else None
+        self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
+
+    def arrivals_for(self, rate: float) -> Arrivals | TraceArrivals:
+        """An open-loop probe's schedule at `rate` req/s: vLLM's gamma gaps, or the trace's own
+        arrivals sped up by rate / the trace's rate."""
+        if self.trace is not None:
+            return TraceArrivals(self.trace.arrival_s, rate / self.trace.rate)
+        return Arrivals(rate, self.load_settings["burstiness"])
+
+    def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
+        """Windowed passes at `load` until the verdict is met or missed, the client fell behind,
+        the pool ran out or capacity.repeats passes were run, all drawing on one run of distinct
+        requests (a trace: its requests, replayed once a pass)."""
+        closed = mode == "concurrency"
+        arrivals = None if closed else self.arrivals_for(load)
+        window = window or self.window
+        replay = not closed and self.trace is not None
+        supply = None if replay else self.supply.take()
+        target, slo_ms, repeats = self.settings["attainment"], self.load_settings["slo_ms"], self.settings["repeats"]
+        passes: list[PassRecord] = []
+        met_so_far = counted_so_far = 0  # pooled over the passes so far
+        out_of_time = False
+        for index in range(repeats):
+            if index and self.budget.out():
+                out_of_time = True
+                break
+            settled = missed_whatever_follows(met_so_far, counted_so_far, window.min_requests, target, slo_ms)
+            measured = measure_pass(
+                self.server,
+                iter([load_request(r, index) for r in self.trace_rows]) if replay else supply,
+                what=f"probe {mode} {load:g}",
+                pool=None
+                if replay
+                else f"{len(self.supply.rows)} distinct requests in this search's share of request_pool.jsonl",
+                fix="lower capacity.max_concurrency",
+                window=replace(window, settled=settled, deadline=self.budget.deadline),
+                concurrency=int(load) if closed else None,
+                arrivals=arrivals,
+                seed=self.seed + index,
+                interval_s=self.load_settings["metrics_interval_s"],
+                timeout_s=self.timeout_s,
+                api=self.api,
+            )
+            out_of_time |= measured.run.closed_at_deadline
+            last = PassRecord.of(measured, slo_ms)
+            passes.append(last)
+            met_so_far, counted_so_far = met_so_far + last.met_slo, counted_so_far + last.requests
+            # A trace replay ends with the trace: its passes pool until decided, as others do.
+            # A pass whose client fell behind can never make the probe met: no more passes.
+            if (
+                last.client_behind
+                or verdict(met_so_far, counted_so_far, target, last.saturated) != "undecided"
+                or (last.measured.run.exhausted and not replay)
+            ):
+                break
+        record = probe_record(passes, repeats, target, out_of_time)
+        record["mode"] = mode
+        record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
+        record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
+        record["trace_replay"] = replay
+        if replay:
+            record["supply_exhausted"] = False  # the trace's end closes each pass
+        decision = record["decision"]
+        # Undecided, a probe steers the search by its share, except where the client fell behind:
+        # a load it did not offer is no evidence that the server met it.
+        met = decision == "met" or (
+            decision == "undecided" and record["attainment"] >= target and not record["client_behind"]
+        )
+        self.progress(probe_line(f"c={int(load)}" if closed else f"{load:.2f} req/s", record, window, met))
+        return Probe(load, met, record, decided=decision != "undecided", client_behind=record["client_behind"])
