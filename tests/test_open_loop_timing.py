@@ -5,6 +5,7 @@ each reported apart from latencies timed from the send."""
 import asyncio
 
 import pytest
+from timing import SchedulingJitter
 
 from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsSeries
@@ -69,11 +70,19 @@ def test_a_closed_loop_has_no_schedule_to_lag_or_queue_behind():
     assert "client_queue_s" not in request_records(closed)[0]
 
 
-@pytest.mark.slow  # about 8 s of real time on the reference server: the fast group stays under a minute
+# The client's own work between a request's time coming and its send, idle: building the body
+# (tens of microseconds measured; 1 ms allowed).
+SEND_COST_S = 0.001
+
+
+@pytest.mark.slow  # about 3 s of real time on the reference server: the fast group stays under a minute
 def test_a_capped_rate_above_the_servers_pace_queues_in_the_client(tmp_path):
     """The reference server takes 20 + 9 x 10 = 110 ms a request: at 20 req/s with one request
     in flight, requests wait in the client, and latencies from the send stay near 110 ms while
-    those from the schedule grow; uncapped at 2 req/s nothing waits."""
+    those from the schedule grow; uncapped at the same rate nothing waits: no request's send
+    comes later after its time than the client's own cost and one wait for a CPU, measured
+    alongside (a preemption between the two is the only way it could; 0.03 ms measured, idle
+    and with three busy loops on 2 cores)."""
     requests = [LoadRequest(f"r#{i}", "hello", 1, 10) for i in range(12)]
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
 
@@ -91,12 +100,15 @@ def test_a_capped_rate_above_the_servers_pace_queues_in_the_client(tmp_path):
                 )
             )
 
-        capped, free = level(20.0, 1), level(2.0, None)
+        capped = level(20.0, 1)
+        with SchedulingJitter() as jitter:
+            free = level(20.0, None)
     figures = queue_figures(request_records(capped))
     assert figures["median_client_queue_time_ms"] > 100
     median_e2el_ms = sorted(s.result.e2el for s in capped.results)[6] * 1000
     assert figures["median_e2el_including_client_queue_ms"] > 2 * median_e2el_ms > 0
     assert check_of(capped, "client_queue")["status"] == "warn"
-    assert queue_figures(request_records(free))["p99_client_queue_time_ms"] < 5
+    waited = [r["client_queue_s"] for r in request_records(free)]
+    assert max(waited) < jitter.allowance(SEND_COST_S, wakes=1), (waited, jitter)
     assert check_of(free, "client_queue")["status"] == "pass"
     assert check_of(free, "send_lag")["status"] == "pass"
