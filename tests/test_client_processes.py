@@ -11,6 +11,7 @@ import os
 import sys
 
 import pytest
+from timing import SchedulingJitter
 
 from infbench.serving import client_processes
 from infbench.serving.arrivals import Arrivals
@@ -74,14 +75,23 @@ def level(server, processes, **kwargs):
     )  # fmt: skip
 
 
+# What a send may lag its time by on an idle machine: the worker's work for a request due just
+# before it (1-2 ms measured) and asyncio rounding its timer up to the millisecond.
+SEND_COST_S = 0.003
+
+
 @pytest.mark.slow  # starts a server and client processes
 def test_an_open_loop_over_two_processes_keeps_the_schedule_and_the_request_order(server):
-    two = level(server, 2, concurrency=None, arrivals=Arrivals(20.0))
+    """Every request reaches its send at its time on the level's one clock, never before it,
+    late by no more than a send's cost and two waits (its timer's, one turn for a CPU) measured
+    alongside: the worst lag was 3.2 ms idle and 7.5 ms with three busy loops on 2 cores."""
+    with SchedulingJitter() as jitter:
+        two = level(server, 2, concurrency=None, arrivals=Arrivals(20.0))
     assert two.processes == 2 and len(two.process_cpu_s) == 2
     assert [s.result.request_id for s in two.results] == [r.id for r in REQUESTS]
     assert all(s.result.success and s.result.output_tokens == 8 for s in two.results)
     lags = [s.ready_at - (two.started + when) for s, when in zip(two.results, two.scheduled)]
-    assert 0 <= min(lags) and max(lags) < 0.05, lags
+    assert 0 <= min(lags) and max(lags) < jitter.allowance(SEND_COST_S, wakes=2), (lags, jitter)
     assert two.client_cpu_s > 0 and two.duration_s >= two.scheduled[-1]
 
 
