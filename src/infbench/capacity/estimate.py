@@ -1,24 +1,7 @@
-"""A capacity with error bars, from every probe of a search rather than the last passing one.
-
-    curve     attainment against load, fitted non-increasing over the probed loads (pool
-              adjacent violators, each probe weighted by its counted requests): more load never
-              helps a server meet its SLO, so the fit keeps the measured shape and irons out
-              only what noise put upside down
-    capacity  where the fitted curve, joined linearly between probed loads, falls to the target:
-              the highest load at which it is at least the target (a concurrency: rounded down
-              to a whole number); below the lowest probe or at least the highest when the curve
-              never crosses inside the probed range
-    interval  95 % parametric bootstrap: each probe's attainment drawn from its Jeffreys
-              posterior Beta(met + 1/2, n - met + 1/2) (a probe where all or none met still
-              varies), the curve refitted and the crossing found again, BOOTSTRAP_ROUNDS times;
-              then widened to the probed loads the fit crosses between (the curve between two
-              probes is not measured, so the interval never claims more than the gap)
-
-The interval treats a probe's counted requests as independent given its load: it holds the
-sampling noise of the windows measured, not the machine's drift between runs, and it is
-read after a search that looked at each probe up to capacity.repeats times. A missed probe's
-window may have closed at a decided miss (window.settled_early), which reads its attainment
-slightly low (docs/method.md: at most about 0.03), so the crossing sits a little low.
+"""A capacity with error bars, from every probe of a search rather than the last passing one:
+attainment against load fitted non-increasing, the capacity where the fit falls to the target,
+its 95 % interval by a parametric bootstrap widened to the probed loads the fit crosses
+between, and whether independent searches agree. See docs/method.md#capacity-estimate.
 """
 
 from __future__ import annotations

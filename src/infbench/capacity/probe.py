@@ -14,6 +14,7 @@ from infbench.capacity.search import Probe, wilson_interval
 from infbench.core.capacity_terms import LAG_GROWTH_BEHIND
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
+from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import load_request
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, measure_pass
@@ -52,13 +53,6 @@ class TimeBudget:
 
     def out(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
-
-
-def window_peak(series, in_window: list[dict], name: str) -> float | None:
-    """The highest of the window's scrapes (0 if none caught it); None without /metrics."""
-    if not series.available:
-        return None
-    return max((sample[name] for sample in in_window if name in sample), default=0.0)
 
 
 @dataclass
@@ -118,7 +112,7 @@ class PassRecord:
             "client_behind": self.client_behind,
             "mean_num_requests_running": sum(running) / len(running) if running else None,
             # Peaks in the window, as the binding limit reads it: the ramp's opening burst is not the load.
-            **{f"peak_{name}": window_peak(series, in_window, f"vllm:{name}") for name in PEAKS},
+            **{f"peak_{name}": MetricsSeries(in_window, series.available).peak(f"vllm:{name}") for name in PEAKS},
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             # The window's scrapes: the binding limit is read from values that co-occurred.
             "metrics_series": in_window,
@@ -135,10 +129,8 @@ def pooled_latency(results, name: str, q: float) -> float | None:
 
 
 def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool) -> dict:
-    """A probe over its passes: pooled attainment with its interval and verdict, pooled
-    percentiles (each latency at the target's percentile too), the throughput's mean and 95 %
-    interval across passes, the server's peaks; `out_of_time` where the time budget left it
-    undecided."""
+    """A probe over its passes: pooled attainment, its interval and verdict, pooled latencies,
+    throughput across passes, the server's peaks (docs/method.md#capacity-decisions)."""
     records = [p.to_json() for p in passes]
     pooled = [r for p in passes for r in p.measured.counted]
     counted, met = sum(p.requests for p in passes), sum(p.met_slo for p in passes)
@@ -234,21 +226,19 @@ class Prober:
         self.trace = TraceArrivals(arrivals) if replayable(arrivals) else None
         self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
 
-    def arrivals_for(self, rate: float) -> Arrivals | TraceArrivals:
-        """An open-loop probe's schedule at `rate` req/s: vLLM's gamma gaps, or the trace's own
-        arrivals sped up by rate / the trace's rate."""
-        if self.trace is not None:
-            return TraceArrivals(self.trace.arrival_s, rate / self.trace.rate)
-        return Arrivals(rate, self.load_settings["burstiness"])
-
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
         """Windowed passes at `load` until the verdict is met or missed, the client fell behind,
         the pool ran out or capacity.repeats passes were run, all drawing on one run of distinct
         requests (a trace: its requests, replayed once a pass)."""
         closed = mode == "concurrency"
-        arrivals = None if closed else self.arrivals_for(load)
-        window = window or self.window
         replay = not closed and self.trace is not None
+        if closed:
+            arrivals = None
+        elif replay:  # the trace's own arrivals, sped up to `load` req/s
+            arrivals = TraceArrivals(self.trace.arrival_s, load / self.trace.rate)
+        else:  # vLLM's gamma gaps
+            arrivals = Arrivals(load, self.load_settings["burstiness"])
+        window = window or self.window
         supply = None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load_settings["slo_ms"], self.settings["repeats"]
         passes: list[PassRecord] = []

@@ -1,19 +1,8 @@
 """The SLO capacity search, apart from any server: bracketing then bisection over a load
-(closed-loop concurrency or open-loop request rate) whose probes each say whether at least
-the target share of requests met every SLO.
-
-    bracket   from `start` (or the predicted KV-limited concurrency where that is lower),
-              double while probes pass (first up to the predicted KV-limited concurrency and
-              one above it, where the curve is expected to break), halve while they fail,
-              until one passing and one failing load are known
-    bisect    probe the middle of [last passing, first failing] until the bracket is within
-              `tolerance` of its lower end (and, for a concurrency, one request in flight)
-
-The capacity is the last passing load; the first failing one bounds it from above. A probe
-may be undecided (its attainment interval straddles the target after every pass allowed): it
-steers the search by its point estimate, but a bracket with an undecided end is not converged.
-A search whose time budget ran out (`out_of_time`) starts no further probe (its first always
-runs) and ends with the bracket it has.
+(closed-loop concurrency or open-loop request rate) whose probes each say whether at least the
+target share of requests met every SLO, within a probe count and a time budget; and the limit
+that bound the server where the SLO broke. See docs/method.md#capacity-search,
+#capacity-convergence, #capacity-time-budget and #binding-limit.
 """
 
 from __future__ import annotations

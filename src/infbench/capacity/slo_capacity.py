@@ -21,13 +21,6 @@ from infbench.serving.window import Window
 LONG_PASS = 10
 
 
-def highest_completion_rate(probes: list[Probe]) -> float:
-    """The most requests per second any closed-loop probe completed in its windows (mean over
-    its passes): the rate search's ceiling. Past the server's throughput an open loop builds
-    a queue without bound, so such rates are not probed."""
-    return max((p.record["request_throughput"]["mean"] for p in probes), default=0.0)
-
-
 def rate_window(settings: dict, concurrency_record: dict) -> Window:
     """The rate search's window: at least LONG_PASS median E2E latencies of the closed loop at
     its capacity (at its lowest probe where none met), and at least capacity.window_s."""
@@ -155,14 +148,16 @@ def search_capacity(
         served = record["concurrency"]["at_capacity"]
         window = rate_window(settings, record["concurrency"])
         progress(f"rate search: windows of {window.seconds:.1f} s (at least {LONG_PASS} median latencies)")
-        # Little's law: the closed loop at its capacity completed requests at this rate.
+        # Little's law: the closed loop at its capacity completed requests at this rate. The
+        # ceiling: the most any closed-loop probe completed (past it an open loop's queue grows).
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
+        highest = max((p.record["request_throughput"]["mean"] for p in concurrency.probes), default=0.0)
         started = budget.start()
         rate = search(
             lambda r: first.probe("request_rate", r, window),
             start=start,
             floor=settings["min_rate"],
-            ceiling=max(start, highest_completion_rate(concurrency.probes)),
+            ceiling=max(start, highest),
             integer=False,
             tolerance=settings["tolerance"],
             max_probes=settings["max_probes"],

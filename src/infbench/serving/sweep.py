@@ -414,14 +414,11 @@ def run_sweep(
     client_cost: ClientCost | None = None,
     progress=print,
 ) -> list[dict]:
-    """Every configured level against a running server (this pipeline's or an external one),
-    `load.repeats` passes over the levels in turn (so slow drift spreads over all levels
-    instead of biasing one), each level pass after its warm-up; repeat k draws its open-loop
-    schedule with seed + k. A closed-loop or fixed-rate pass is a steady-state window
-    (load.window_s, load.window_requests) over distinct requests from `pool`, never one twice
-    in a pass; a ramp sends load.ramp.requests of them, a trace replays its own. Stops at the
-    first level the server does not survive (its failed requests are in the error). Each
-    level's client check is against `client_cost`, the client's calibrated ceiling here."""
+    """Every configured level against a running server, `load.repeats` rounds over the levels
+    in turn, each level pass after its warm-up, repeat k's open-loop schedule seeded seed + k: a
+    closed loop or fixed rate in a steady-state window (`measure_pass`) over distinct requests
+    from `pool`, a ramp on load.ramp.requests of them, a trace replaying its own. Stops at the
+    first level the server does not survive. See docs/method.md#steady-state-windows."""
     traced = trace_requests(workload)
     trace = workload_trace(workload)
     levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer), trace)

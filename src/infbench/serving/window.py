@@ -1,12 +1,8 @@
 """A pass measured in a steady-state window: a ramp until as many requests have completed as
-the pass keeps in flight, a window open for `seconds` and until `min_requests` were sent in it
-(closed early where `settled` fixes its outcome, or at the next send past a `deadline` once its
-seconds are up), and a hold until every counted request has finished; what is then in flight is
-cancelled, or with `drain` finishes, uncounted. Throughput is what the server delivered while
-the window was open (`window_output`) over its length; a supply that runs dry ends sending and
-is reported (`exhausted`), never cycled. `measure_pass` is the one windowed pass of the
-serving levels and the capacity probes. See docs/method.md#steady-state-windows,
-#capacity-curtailment and #capacity-time-budget.
+the pass keeps in flight, a window of `seconds` and `min_requests` (closed early where
+`settled` or past a `deadline`), a hold until the counted requests finish; `measure_pass`, the
+one windowed pass of the serving levels and the capacity probes. See
+docs/method.md#steady-state-windows, #capacity-curtailment and #capacity-time-budget.
 """
 
 from __future__ import annotations
@@ -34,12 +30,10 @@ class Window:
     seconds: float
     min_requests: int = 0
     # Given the counted requests' results that finished, whether the window's outcome at
-    # min_requests is already fixed (the capacity probes' curtailment: a decided miss at a low
-    # concurrency is not waited for, request after request, on a slow machine); None: never.
+    # min_requests is already fixed (docs/method.md#capacity-curtailment); None: never.
     settled: Callable[[list], bool] | None = None
     # perf_counter time past which the window, its seconds up, closes without waiting for
-    # min_requests (its requests still lived under the load: there are only fewer of them; its
-    # seconds are what lets an open loop's queue show); None: no deadline.
+    # min_requests (docs/method.md#capacity-time-budget); None: no deadline.
     deadline: float | None = None
 
 
@@ -401,15 +395,15 @@ def ensure_alive(server, what: str, results: list[StreamedResult]) -> None:
 
 
 def measure_pass(
-    server, supply: Iterator[LoadRequest], *, what: str, pool: str | None, fix: str, drain: bool = False, **pass_
+    server, supply: Iterator[LoadRequest], *, what: str, pool: str | None, fix: str, **how
 ) -> MeasuredPass:
-    """`run_window` on `server` (`pass_`: its window, load, seed, interval, timeout and API).
+    """`run_window` on `server` (`how`: its window, load, seed, interval, timeout, API, drain).
     Raises ServerError where the server is not alive after it, and PoolRanDry where it counted
     nothing from `pool` (the distinct requests it drew from; None: a replay ends with its
     trace). `what` names the pass and `fix` the other remedy in those messages."""
     run = asyncio.run(
         run_window(server.base_url, server.served_name, supply, api_key=server.api_key,
-                   scrape_metrics=server.metrics, drain=drain, **pass_)
+                   scrape_metrics=server.metrics, **how)
     )  # fmt: skip
     ensure_alive(server, what, run.results)
     if not run.counted_results and pool is not None:
@@ -417,7 +411,7 @@ def measure_pass(
             f"the request pool ran out before the window of {what} counted a request ({run.sent} sent, {pool}): "
             f"raise workload.pool_requests (a dataset: use a larger one), or {fix}"
         )
-    return MeasuredPass.of(run, open_loop=pass_["arrivals"] is not None)
+    return MeasuredPass.of(run, open_loop=how["arrivals"] is not None)
 
 
 def level_run(measured: MeasuredPass) -> LevelRun:
