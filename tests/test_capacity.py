@@ -1,15 +1,18 @@
-"""SLO capacity: the tiny run's search checked against what it must hold, and the capacity
-stage's config errors."""
+"""SLO capacity: a search on the reference server, whose schedule puts the capacity at a known
+load, finds exactly that bracket with every probe holding what a probe must; the tiny run's
+search keeps what is vLLM's own (its /metrics in every probe, the limit read from its scrapes,
+its KV pool and its default max_num_seqs), not a finite capacity under an SLO that a machine's
+speed decides; and the capacity stage's config errors."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import check_probes, tiny_config
+from conftest import tiny_config
 
 # ------------------------------------------------------------------------ the tiny run
 
 
-def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run):
+def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(tiny_run):
     from infbench.core.artifacts import read_json, read_jsonl, validate
     from infbench.kv.simulator import Strategy, TraceRequest, static_capacity
     from infbench.serving.client import load_request
@@ -17,21 +20,19 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
 
     capacity = read_json(tiny_run / "results/tiny/slo_capacity.json")
     validate(capacity, "slo_capacity")
-    settings = capacity["settings"]
     search = capacity["concurrency"]
-    # The test config's TPOT SLO (45 ms) breaks somewhere below 128 requests in flight.
-    assert search["capacity"] is not None and search["first_failing"] is not None, search["probes"]
-    assert search["capacity"] < search["first_failing"] <= 128
     probes = {p["load"]: p for p in search["probes"]}
-    assert len(probes) == len(search["probes"])  # no load probed twice
-    assert probes[search["capacity"]]["met"] and not probes[search["first_failing"]]["met"]
-    target = capacity["attainment_target"]
-    check_probes(search["probes"], settings, target)
-    # The capacity read from every probe, with its interval around it.
-    estimate = search["estimate"]
-    low, high = estimate["ci95"]
-    if isinstance(estimate["value"], (int, float)):
-        assert (low == "below" or low <= estimate["value"]) and (high == "above" or estimate["value"] <= high)
+    assert probes and len(probes) == len(search["probes"])  # no load probed twice
+    # Every probe with vLLM's /metrics: its windows' peaks and the scrapes they were read from.
+    for probe in search["probes"]:
+        assert probe["peak_num_requests_running"] >= 1, probe["load"]
+        assert probe["peak_num_requests_waiting"] >= 0 and 0 < probe["peak_kv_cache_usage_perc"] <= 1
+        assert all(one["metrics_series"] for one in probe["pass_records"])
+    # The binding limit read where the SLO broke (else at the highest load) from vLLM's busy scrapes.
+    binding = search["binding"]
+    assert binding["at"] == (search["first_failing"] if search["first_failing"] is not None else max(probes))
+    assert binding["limit"] in ("compute", "scheduler", "kv_memory", "max_num_seqs")
+    assert sum(binding["scrapes"].values()) > 0
     # The search's seed: the pool's requests, in the order probes draw them, at their peak
     # footprint on the engine's pool.
     kv = capacity["kv"]
@@ -41,7 +42,6 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     strategy = Strategy("paged", "paged", block_size=kv["block_size"])
     expected = static_capacity(trace, strategy, (kv["num_blocks"] - 1) * kv["block_size"], 256)
     assert capacity["predicted_kv_concurrency"]["value"] == expected
-    assert search["binding"]["limit"] in ("compute", "scheduler", "kv_memory", "max_num_seqs")
     # The cap the binding limit is judged by is vLLM's own for its OpenAI server on a CPU (0.32: 128).
     assert capacity["max_num_seqs"] == {
         "value": 128,
@@ -51,8 +51,56 @@ def test_a_tight_slo_gives_a_finite_capacity_with_every_probe_recorded(tiny_run)
     assert "The server ran at most 128 requests at once (max_num_seqs, from vLLM&#39;s default" in page
     # The rate search is off in the test config (tested on reference servers).
     assert "request_rate" not in capacity
-    served = search["at_capacity"]["output_throughput"]["mean"]
-    assert capacity["cost"]["per_million_output_tokens"] == pytest.approx(2.0 / (served * 3600) * 1e6)
+    # The cost at the capacity, where a load met the SLO on this machine.
+    served = search["at_capacity"]["output_throughput"]["mean"] if search["at_capacity"] else None
+    assert capacity["cost"]["per_million_output_tokens"] == (
+        pytest.approx(2.0 / (served * 3600) * 1e6) if served else None
+    )
+
+
+# ------------------------------------------------------------------------ the reference server
+
+
+@pytest.mark.slow  # a server start and five probes of about half a second
+def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_recorded(tmp_path):
+    """Each decode step takes 10 ms per running request: TPOT 10c ms, under the 45 ms SLO up to
+    c = 4 (40 ms) and over it from c = 5 (50 ms), 5 ms either side, more than a busy machine
+    adds to a step on average. Bracketing from 2 (2, 4, 8) then bisecting (6, 5) finds
+    exactly [4, 5]: a finite capacity, the probe at 4 met and the one at 5 missed."""
+    from conftest import check_probes
+
+    from infbench.capacity.slo_capacity import search_capacity
+    from infbench.serving.reference_server import ReferenceServer, Schedule
+
+    schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
+    settings = {
+        "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 2,
+        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
+        "max_search_s": 300,
+    }  # fmt: skip
+    load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
+    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
+            for i in range(300)]  # fmt: skip
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        record = search_capacity(
+            server, pool, pool, settings, load, None,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lambda line: None,
+        )  # fmt: skip
+    search = record["concurrency"]
+    probes = {p["load"]: p for p in search["probes"]}
+    shares = {load: p["attainment"] for load, p in probes.items()}
+    assert (search["capacity"], search["first_failing"]) == (4, 5), shares
+    assert sorted(probes) == [2, 4, 5, 6, 8] and len(search["probes"]) == 5  # no load probed twice
+    assert probes[4]["met"] and not probes[5]["met"]
+    check_probes(search["probes"], settings, settings["attainment"])
+    # The capacity read from every probe, with its interval around it.
+    estimate = search["estimate"]
+    low, high = estimate["ci95"]
+    assert isinstance(estimate["value"], (int, float))
+    assert (low == "below" or low <= estimate["value"]) and (high == "above" or estimate["value"] <= high)
+    # The reference server publishes vLLM's metric names: the peaks and the limit read from them.
+    assert all(1 <= p["peak_num_requests_running"] <= p["load"] for p in search["probes"])
+    assert search["binding"]["at"] == 5 and search["binding"]["limit"] == "compute"
 
 
 @pytest.mark.parametrize(
