@@ -13,6 +13,8 @@ from conftest import tiny_config
 
 
 def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(tiny_run):
+    from conftest import check_probes
+
     from infbench.core.artifacts import read_json, read_jsonl, validate
     from infbench.kv.simulator import Strategy, TraceRequest, static_capacity
     from infbench.serving.client import load_request
@@ -23,6 +25,8 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
     search = capacity["concurrency"]
     probes = {p["load"]: p for p in search["probes"]}
     assert probes and len(probes) == len(search["probes"])  # no load probed twice
+    # The windows, passes and intervals hold at any outcome, finite or not, on vLLM's latencies.
+    check_probes(search["probes"], capacity["settings"], capacity["attainment_target"])
     # Every probe with vLLM's /metrics: its windows' peaks and the scrapes they were read from.
     for probe in search["probes"]:
         assert probe["peak_num_requests_running"] >= 1, probe["load"]

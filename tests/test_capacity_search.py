@@ -183,6 +183,9 @@ def test_wilson_interval_and_the_probes_verdict():
     assert verdict(35, 35, 0.9) == "met"  # [0.901, 1]
     assert verdict(29, 32, 0.9) == "undecided"  # the passing 29/32: [0.76, 0.97]
     assert verdict(35, 35, 0.9, saturated=True) == "missed"  # a server that fell behind misses
+    # A client that fell behind its schedule never makes a probe met; a miss stays a miss.
+    assert verdict(35, 35, 0.9, client_behind=True) == "undecided"
+    assert verdict(2, 16, 0.9, client_behind=True) == "missed"
 
 
 def test_a_bracket_with_an_undecided_end_is_not_converged():

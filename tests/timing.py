@@ -7,9 +7,11 @@ work, whose fastest run says how much slower than the machine the fixed costs we
 on this one is. The server and the client under test wait the same way (a timer, then the
 scheduler's turn for a CPU), so on a machine busy with other work their waits overrun by
 about as much; a fault in the code under test (a blocking call, a per-chunk cost, a wrong
-schedule) delays only that code, not the probe, so a bound of "the schedule, plus the code's
-own cost measured on an idle machine and scaled by `slowness`, plus what the probe saw"
-still fails on it.
+schedule) delays that code, and the probe only as far as the fault takes a CPU the probe
+needs, so a bound of "the schedule, plus the code's own cost measured on an idle machine and
+scaled by `slowness`, plus what the probe saw" still fails on it where the machine has a CPU
+to spare (each planted fault was seen failing on 2 cores; on one core a CPU-bound fault also
+delays the probe and loosens the bound).
 
     with SchedulingJitter() as jitter:
         ...  # the level under test
