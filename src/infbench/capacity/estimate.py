@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
+from infbench.core.capacity_terms import ABOVE, BELOW, as_number
+
 BOOTSTRAP_ROUNDS = 2000
-BELOW, ABOVE = -math.inf, math.inf  # the crossing lies below the lowest probe / above the highest
 
 
 def non_increasing_fit(values: list[float], weights: list[float]) -> list[float]:
@@ -79,11 +80,6 @@ def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, in
         "highest_probe": loads[-1],
         "method": METHOD,
     }
-
-
-def as_number(value: float | str) -> float:
-    """A crossing from JSON (shown's inverse): "below" and "above" as infinities."""
-    return {"below": BELOW, "above": ABOVE}.get(value, value)
 
 
 def reproducibility(estimates: list[dict]) -> dict:

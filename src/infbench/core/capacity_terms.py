@@ -4,6 +4,16 @@ fix each, the share of a window a client may fall behind by, and a load or capac
 
 from __future__ import annotations
 
+import math
+
+BELOW, ABOVE = -math.inf, math.inf  # a capacity's crossing lies below the lowest probe / above the highest
+
+
+def as_number(value: float | str) -> float:
+    """A crossing from JSON (capacity/estimate.py's `shown` inverted): "below" and "above" as infinities."""
+    return {"below": BELOW, "above": ABOVE}.get(value, value)
+
+
 # How a search ended. Only `bracketed` is converged: both ends of the bracket were probed and
 # decided, and it is as narrow as the tolerance asks.
 OUTCOMES = {

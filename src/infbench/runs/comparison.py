@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
-from infbench.capacity.estimate import as_number
+from infbench.core.capacity_terms import as_number
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
 from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
