@@ -221,18 +221,11 @@ class VLLMServer(ServerProcess):
     """vLLM's OpenAI-compatible server with vllm.LLM's keyword arguments as its flags."""
 
     def __init__(
-        self,
-        engine_args: dict,
-        served_name: str,
-        log_path: str | Path,
-        env: dict | None = None,
-        startup_timeout_s: float = 300,
-        port: int | None = None,
-        host: str = "127.0.0.1",
-        extra_args: dict | None = None,
+        self, engine_args: dict, served_name: str, log_path: str | Path, extra_args: dict | None = None, **process
     ):
-        super().__init__(served_name, log_path, env, startup_timeout_s, port, host, (extra_args or {}).get("api_key"))
-        self.command = server_command(engine_args, host, self.port, served_name, extra_args)
+        """`process`: ServerProcess's env, startup_timeout_s, port and host."""
+        super().__init__(served_name, log_path, api_key=(extra_args or {}).get("api_key"), **process)
+        self.command = server_command(engine_args, self.host, self.port, served_name, extra_args)
 
 
 @contextlib.contextmanager
