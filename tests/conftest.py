@@ -271,3 +271,15 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
             assert probe["decided"] or probe["supply_exhausted"] or behind or probe["out_of_time"]
         # Out of time: a window closed at the deadline, or the windows stopped short of repeats.
         assert not probe["out_of_time"] or passes[-1].get("closed_at_deadline") or probe["stopped_early"]
+
+
+def searched(tmp_path, schedule, pool, settings, load, progress=lambda line: None) -> dict:
+    """search_capacity on a reference server with `schedule`, the pool as workload, no KV facts."""
+    from infbench.capacity.slo_capacity import search_capacity
+    from infbench.serving.reference_server import ReferenceServer
+
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        return search_capacity(
+            server, pool, pool, settings, load, None,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=progress,
+        )  # fmt: skip

@@ -71,10 +71,9 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     c = 4 (40 ms) and over it from c = 5 (50 ms), 5 ms either side, more than a busy machine
     adds to a step on average. Bracketing from 2 (2, 4, 8) then bisecting (6, 5) finds
     exactly [4, 5]: a finite capacity, the probe at 4 met and the one at 5 missed."""
-    from conftest import check_probes
+    from conftest import check_probes, searched
 
-    from infbench.capacity.slo_capacity import search_capacity
-    from infbench.serving.reference_server import ReferenceServer, Schedule
+    from infbench.serving.reference_server import Schedule
 
     schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
     settings = {
@@ -85,11 +84,7 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
     pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
             for i in range(300)]  # fmt: skip
-    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        record = search_capacity(
-            server, pool, pool, settings, load, None,
-            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=lambda line: None,
-        )  # fmt: skip
+    record = searched(tmp_path, schedule, pool, settings, load)
     search = record["concurrency"]
     probes = {p["load"]: p for p in search["probes"]}
     shares = {load: p["attainment"] for load, p in probes.items()}

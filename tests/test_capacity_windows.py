@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from conftest import check_probes
+from conftest import check_probes, searched
 from timing import SchedulingJitter
 
 from infbench.capacity.probe import PassRecord, Prober, missed_whatever_follows, verdict
@@ -24,15 +24,6 @@ def windowed(server, supply, window, **level):
     return asyncio.run(
         run_window(server.base_url, "m", supply, window=window, seed=0, interval_s=0.02, timeout_s=30, **level)
     )
-
-
-def searched(tmp_path, schedule, pool, settings, load, progress=lambda line: None) -> dict:
-    """search_capacity on a reference server with `schedule`, the pool as workload, no KV facts."""
-    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        return search_capacity(
-            server, pool, pool, settings, load, None,
-            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=progress,
-        )  # fmt: skip
 
 
 def open_loop_passes(server, rows, rates, window, slo_ms) -> dict:

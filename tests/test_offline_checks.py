@@ -61,6 +61,21 @@ def test_generated_tokens_are_counted_up_to_the_first_stop_or_pad():
     assert count_generated([2, 9], {2, 0}) == 0
 
 
+def hand_analysis(workload: list[dict], vllm_offline: dict) -> dict:
+    """The allocator's analysis of a hand-made workload and vLLM offline artifact, on a model of
+    100 bytes per token in float32 and a 100 KiB budget, blocks of 16."""
+    return analyse(
+        workload=workload,
+        vllm_offline=vllm_offline,
+        model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
+        dtype="float32",
+        budget_bytes=102_400,
+        max_model_len=128,
+        settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
+        seed=0,
+    )
+
+
 def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
     """The timed runs suppress EOS, so their outputs equal max_tokens; the allocator must use
     the lengths vLLM produced when it could stop, or reserving max_tokens would look free."""
@@ -81,16 +96,7 @@ def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
             "max_model_len": 128,
         },
     }
-    analysis = analyse(
-        workload=workload,
-        vllm_offline=vllm_offline,
-        model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
-        dtype="float32",
-        budget_bytes=102_400,
-        max_model_len=128,
-        settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
-        seed=0,
-    )
+    analysis = hand_analysis(workload, vllm_offline)
     trace = next(t for t in analysis["traces"] if t["name"] == "workload")
     assert trace["mean_output"] == pytest.approx(31.0) and trace["mean_max_tokens"] == 64
     utilisation = {s["strategy"]: s["utilisation"] for s in trace["strategies"]}
@@ -204,21 +210,15 @@ def test_the_comparison_stores_the_same_weights_verdict_among_its_checks():
 
 
 def test_the_allocator_stores_its_two_checks():
-    """allocator.json's checks: vLLM's pool-sizing formula and the study's table reproduced,
-    each failing where it does not hold."""
+    """allocator.json's checks: vLLM's pool-sizing formula and the study's table reproduced;
+    the formula's check fails where vLLM's pool differs from what it predicts."""
     facts = {"block_size": 16, "num_blocks": 64, "kv_capacity_tokens": 1024, "max_concurrency_at_max_model_len": 8.0,
              "max_model_len": 128}  # fmt: skip
 
     def checks(engine_facts):
-        analysis = analyse(
-            workload=[{"id": "r0", "prompt_tokens": 20, "max_tokens": 64}],
-            vllm_offline={"natural_output_tokens": {"r0": 10}, "engine_facts": engine_facts},
-            model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
-            dtype="float32",
-            budget_bytes=102_400,
-            max_model_len=128,
-            settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
-            seed=0,
+        analysis = hand_analysis(
+            [{"id": "r0", "prompt_tokens": 20, "max_tokens": 64}],
+            {"natural_output_tokens": {"r0": 10}, "engine_facts": engine_facts},
         )
         return {c["name"]: (c["status"], c["value"]) for c in analysis["checks"]}
 
