@@ -11,9 +11,9 @@ from infbench.capacity.slo_capacity import search_capacity
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import ServerSpec, start_server
 from infbench.engines.settings import server_max_num_seqs
-from infbench.engines.vllm_server import ServerError
 from infbench.serving.client import cycle_requests, run_level
 from infbench.serving.sweep import repeat_summary
+from infbench.serving.window import ensure_alive
 
 
 def grid_cells(grid: dict) -> list[dict]:
@@ -62,8 +62,7 @@ def run_tuning(
                     api=workload[0]["api"],
                 )
             )
-            if not server.alive():
-                raise ServerError(f"the vLLM server died in tuning cell {cell}; see {server.log_path}")
+            ensure_alive(server, f"tuning cell {cell}", run.results)
             searched = search_capacity(
                 server,
                 workload,
