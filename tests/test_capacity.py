@@ -20,8 +20,8 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
     from infbench.serving.client import load_request
     from infbench.serving.window import RequestSupply
 
-    capacity = read_json(tiny_run / "results/tiny/slo_capacity.json")
-    validate(capacity, "slo_capacity")
+    capacity = read_json(tiny_run / "results/tiny/capacity.json")
+    validate(capacity, "capacity")
     search = capacity["concurrency"]
     probes = {p["load"]: p for p in search["probes"]}
     assert probes and len(probes) == len(search["probes"])  # no load probed twice

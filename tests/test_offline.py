@@ -219,7 +219,7 @@ def test_measuring_jobs_never_overlap(tiny_run, artifacts):
     Each measuring rule takes the bench_slot resource that the default profile caps at 1,
     and the real run's measurement windows are disjoint."""
     jobs = dry_run_jobs(snakemake(tiny_run, "--cores", "8", "--dry-run", "--forceall").stdout)
-    served = ("serve", "client_fidelity", "prefix_caching", "slo_capacity", "paging_live")
+    served = ("serve", "client_fidelity", "prefix_caching", "capacity", "paging_live")
     for rule in (*MEASURING_RULES, *served):
         assert "bench_slot=1" in jobs[rule], jobs[rule]
     measured = {name: artifacts[name] for name in (*MEASURING_RULES, *ROUND_ARTIFACTS)}

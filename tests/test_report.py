@@ -451,7 +451,7 @@ def test_the_checks_are_read_from_each_artifact_worst_first():
     clean = {"git": {"commit": "abc", "dirty": False}}
     artifacts = {
         "model": small_model(),
-        "slo_capacity": {"checks": [item("converged", "warn")], "provenance": clean},
+        "capacity": {"checks": [item("converged", "warn")], "provenance": clean},
         "allocator": {"checks": [item("pool", "pass")], "provenance": {"git": {"commit": "abc", "dirty": True}}},
         "comparison": {"checks": [item("same weights", "fail")]},
         "load": {
@@ -471,7 +471,7 @@ def test_the_checks_are_read_from_each_artifact_worst_first():
     checks = collect_checks("m", artifacts)
     assert [(c["stage"], c["name"], c["status"]) for c in checks] == [
         ("offline comparison", "same weights", "fail"),
-        ("slo capacity", "converged", "warn"),
+        ("capacity", "converged", "warn"),
         ("provenance", "code version recorded", "warn"),
         ("load c=4", "send_lag", "not_available"),
         ("kv validation", "checks stored with the artifact", "not_available"),

@@ -65,7 +65,7 @@ def test_reruns_redo_only_what_changed(run_copy, tiny_model, tmp_path):
                 "serve",
                 "client_fidelity",
                 "prefix_caching",
-                "slo_capacity",
+                "capacity",
                 "paging_live",
                 "kv_validation",
                 "utilisation",

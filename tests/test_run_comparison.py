@@ -114,34 +114,32 @@ def test_the_gate_names_the_regressed_figure_and_refuses_a_pattern_that_matches_
 
 
 def capacity_artifact(value, ci95, outcome="bracketed") -> dict:
-    """slo_capacity.json cut to what a comparison reads: the concurrency search's estimate and outcome."""
+    """capacity.json cut to what a comparison reads: the concurrency search's estimate and outcome."""
     return {"slo_ms": {"ttft": 1000}, "concurrency": {"estimate": {"value": value, "ci95": ci95}, "outcome": outcome}}
 
 
 def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_one():
     load = artifact(128, "abc", [50, 51, 49], [100, 101, 99])
-    base = run("a", {"m": {"load": load, "slo_capacity": capacity_artifact(40, [36, 44])}})
-    same = run("b", {"m": {"load": load, "slo_capacity": capacity_artifact(38, [33, 42])}})
-    lower = run("c", {"m": {"load": load, "slo_capacity": capacity_artifact(28, [25, 33])}})
-    ceiling = run("d", {"m": {"load": load, "slo_capacity": capacity_artifact("above", [60, "above"])}})
+    base = run("a", {"m": {"load": load, "capacity": capacity_artifact(40, [36, 44])}})
+    same = run("b", {"m": {"load": load, "capacity": capacity_artifact(38, [33, 42])}})
+    lower = run("c", {"m": {"load": load, "capacity": capacity_artifact(28, [25, 33])}})
+    ceiling = run("d", {"m": {"load": load, "capacity": capacity_artifact("above", [60, "above"])}})
     record = comparison_record([base, same, lower, ceiling], threshold=0.05, labels=["base", "same", "lower", "top"])
     verdicts = [c["capacities"][0]["verdict"] for c in record["comparisons"]]
     assert verdicts == ["no difference detected", "lower", "no interval"]  # [33, 42] overlaps [36, 44]
     key = record["comparisons"][0]["capacities"][0]["key"]
-    assert key == "m/slo_capacity/concurrency/capacity"
-    lines = gate(record, ["*/slo_capacity/*"])
-    assert len(lines) == 2 and lines[0].startswith("regressed: m/slo_capacity/concurrency/capacity (lower / base)")
-    assert lines[1].startswith("no interval: m/slo_capacity/concurrency/capacity (top / base)")
+    assert key == "m/capacity/concurrency/capacity"
+    lines = gate(record, ["*/capacity/*"])
+    assert len(lines) == 2 and lines[0].startswith("regressed: m/capacity/concurrency/capacity (lower / base)")
+    assert lines[1].startswith("no interval: m/capacity/concurrency/capacity (top / base)")
     assert gate(record, ["*/serve/*/output_throughput"]) == []  # the serving figures did not move
     template = REPO / "report" / "run_comparison.html.j2"
-    html = render(build_comparison_context(record, lines, ["*/slo_capacity/*"]), template)
+    html = render(build_comparison_context(record, lines, ["*/capacity/*"]), template)
     assert "SLO capacity" in html and "28 [25, 33]" in html and "above [60, above]" in html
     assert lines[1].endswith("(a capacity outside its probed range cannot be judged)")
     # A capacity the client bounded (its rate search could not send more) is named as such.
-    limited = run(
-        "e", {"m": {"load": load, "slo_capacity": capacity_artifact("above", [60, "above"], "client_limited")}}
-    )
-    (line,) = gate(comparison_record([base, limited], threshold=0.05, labels=["base", "e"]), ["*/slo_capacity/*"])
+    limited = run("e", {"m": {"load": load, "capacity": capacity_artifact("above", [60, "above"], "client_limited")}})
+    (line,) = gate(comparison_record([base, limited], threshold=0.05, labels=["base", "e"]), ["*/capacity/*"])
     assert "the candidate's capacity is a lower bound, the client could not send the load above it" in line
 
 

@@ -194,7 +194,7 @@ def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path
         assert [r["scheduled_s"] for r in requests] == pytest.approx(
             [t["timestamp_s"] / level["trace_scale"] for t in trace]
         )
-    capacity = read_json(results / "slo_capacity.json")
+    capacity = read_json(results / "capacity.json")
     rate = capacity["request_rate"]
     assert rate["trace_rate"] == pytest.approx(4.0)
     for probe in rate["probes"]:

@@ -94,7 +94,7 @@ def test_each_cell_runs_its_own_settings_and_the_best_cell_serves_the_most(tmp_p
 
     assert [s.flags for s in started] == [{"max_num_seqs": 3}, {"max_num_seqs": 16}]
     tuning = read_json(artifact)  # validated against its schema when written
-    capped, free = (cell["slo_capacity"] for cell in tuning["cells"])
+    capped, free = (cell["capacity"] for cell in tuning["cells"])
     # Three slots: a fourth request in flight waits a whole request for its first token (about
     # 250 ms), past the TTFT SLO, at the server's cap.
     assert (capped["capacity"], capped["first_failing"]) == (3, 4), capped["probes"]

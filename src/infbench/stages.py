@@ -48,7 +48,7 @@ SECTIONS = (
             ("client_fidelity",), beside="serving"),
     Section("prefix_caching", "5.2", "Prefix caching off and on", ("prefix_caching",), beside="serving"),
     Section("tuning", "5.3", "Tuning grid", ("tuning",), beside="serving"),
-    Section("capacity", "6", "How many users within the SLO", ("slo_capacity",)),
+    Section("capacity", "6", "How many users within the SLO", ("capacity",)),
     Section("paging_live", "7", "The study's 4.8x on vLLM itself", ("paging_live",)),
     Section("utilisation", "8", "Distance to the hardware: memory bandwidth utilisation", ("utilisation",)),
 )
@@ -121,7 +121,7 @@ STAGES = (
     Stage("tuning", {"tuning": 0}, "tuning", lambda c: on(c, "tuning"), external=False, measured=True),
     Stage("prefix_caching", {"prefix_caching": 0}, "prefix_caching", lambda c: on(c, "prefix_caching"),
           external=False, measured=True),
-    Stage("slo_capacity", {"slo_capacity": 0}, "capacity", lambda c: on(c, "capacity") and on(c, "server"),
+    Stage("capacity", {"capacity": 0}, "capacity", lambda c: on(c, "capacity") and on(c, "server"),
           external=True, measured=True),
     Stage("paging_live", {"paging_live": 0}, "paging_live", lambda c: on(c, "paging_live"),
           external=False, measured=True),

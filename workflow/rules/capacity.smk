@@ -1,13 +1,13 @@
 # SLO capacity: the most requests in flight (and the highest rate) served within the SLO.
 
 
-rule slo_capacity:
+rule capacity:
     """The most requests in flight (and the highest rate) served within the SLO, by bracketing
     and bisection on a fresh server, the search seeded by the KV simulator's prediction."""
     output:
         report(
-            "results/{model}/slo_capacity.json",
-            category=category("slo_capacity"),
+            "results/{model}/capacity.json",
+            category=category("capacity"),
             subcategory="{model}",
             caption="../../report/captions/capacity.rst",
         ),
@@ -15,7 +15,7 @@ rule slo_capacity:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
         pool=rules.workload.output.pool,
-        code=script_code("slo_capacity"),
+        code=script_code("capacity"),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -39,9 +39,9 @@ rule slo_capacity:
     conda:
         SOFTWARE_ENV
     log:
-        rule="logs/slo_capacity/{model}.log",
-        server="logs/slo_capacity/{model}.server.log",
+        rule="logs/capacity/{model}.log",
+        server="logs/capacity/{model}.server.log",
     benchmark:
-        "benchmarks/{model}/slo_capacity.tsv"
+        "benchmarks/{model}/capacity.tsv"
     script:
-        "../../scripts/slo_capacity.py"
+        "../../scripts/capacity.py"

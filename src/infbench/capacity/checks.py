@@ -1,4 +1,4 @@
-"""The SLO capacity stage's validity checks, stored in slo_capacity.json: each search converged,
+"""The SLO capacity stage's validity checks, stored in capacity.json: each search converged,
 its attainment fell as load rose, the KV-limited concurrency lies within the bounds a full pool
 sets, the rate search's client kept its schedule, and independent searches agree."""
 

@@ -116,7 +116,7 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
         expected = sum(seconds) / len(searched) * capacity["searches"] / (probes * capacity["repeats"])  # a pass
     plans = [
         PassPlan(
-            "slo_capacity",
+            "capacity",
             f"concurrency search: up to {probes} probes of up to {capacity['repeats']} windows",
             probes * capacity["repeats"],
             capacity["window_s"],
@@ -129,7 +129,7 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
         # Windows of ten median latencies at the concurrency capacity: known once it is found.
         plans.append(
             PassPlan(
-                "slo_capacity",
+                "capacity",
                 "rate search: windows of ten latencies",
                 0,
                 0.0,
@@ -154,7 +154,7 @@ def render(config: dict, results: Path, benchmarks: Path) -> str:
     lines = []
     for model in config["models"]:
         name = model["name"]
-        load_json, capacity_json = results / name / "load.json", results / name / "slo_capacity.json"
+        load_json, capacity_json = results / name / "load.json", results / name / "capacity.json"
         earlier_load = read_json(load_json) if load_json.exists() else None
         earlier_capacity = read_json(capacity_json) if capacity_json.exists() else None
         lines.append(f"{name}:")

@@ -30,7 +30,7 @@ def overview_row(model: str, artifacts: dict) -> dict:
         row["highest serving level's output tok/s (level)"] = (
             f"{throughput['mean']:.1f} {interval_text(throughput)} ({level_label(best)})"
         )
-    capacity = artifacts.get("slo_capacity")
+    capacity = artifacts.get("capacity")
     if capacity:
         slo = ", ".join(f"{key} {value:g} ms" for key, value in capacity["slo_ms"].items())
         for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):

@@ -12,11 +12,11 @@ def cell_table(tuning: dict) -> pd.DataFrame:
         [
             {
                 **cell["settings"],
-                "SLO capacity (requests in flight)": cell["slo_capacity"]["capacity"],
-                "first failing": cell["slo_capacity"]["first_failing"],
-                "search ended": cell["slo_capacity"]["outcome"].replace("_", " "),
-                "binding limit": cell["slo_capacity"]["binding"]["limit"].replace("_", " "),
-                "output tok/s at capacity": cell["slo_capacity"]["output_throughput_at_capacity"],
+                "SLO capacity (requests in flight)": cell["capacity"]["capacity"],
+                "first failing": cell["capacity"]["first_failing"],
+                "search ended": cell["capacity"]["outcome"].replace("_", " "),
+                "binding limit": cell["capacity"]["binding"]["limit"].replace("_", " "),
+                "output tok/s at capacity": cell["capacity"]["output_throughput_at_capacity"],
                 "output tok/s": cell["output_throughput"],
                 "median TTFT ms": cell["median_ttft_ms"],
                 "median TPOT ms": cell["median_tpot_ms"],
@@ -40,6 +40,6 @@ def view(tuning: dict | None) -> dict | None:
         "concurrency": tuning["concurrency"],
         "capacity_section": SECTION["capacity"].number,
         "best_settings": list(best["settings"].items()) if best else None,
-        "best_capacity": best["slo_capacity"]["capacity"] if best else None,
+        "best_capacity": best["capacity"]["capacity"] if best else None,
         "table": cell_table(tuning),
     }

@@ -227,7 +227,7 @@ def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | N
 CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s"}
 LOWER, HIGHER = "lower", "higher"
 CAPACITY_METHOD = (
-    "each run's fitted SLO capacity with its 95 % bootstrap interval (slo_capacity.json, estimate): lower when "
+    "each run's fitted SLO capacity with its 95 % bootstrap interval (capacity.json, estimate): lower when "
     "the candidate's whole interval lies below the baseline's, higher when above, no difference detected when "
     "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 %), no interval where either "
     "capacity lies outside its probed range"
@@ -263,8 +263,8 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
     """Each SLO capacity both runs searched, by its interval (capacity_verdict)."""
     rows = []
     for candidate_model, base_model in models.items():
-        base = baseline.models.get(base_model, {}).get("slo_capacity")
-        cand = candidate.models.get(candidate_model, {}).get("slo_capacity")
+        base = baseline.models.get(base_model, {}).get("capacity")
+        cand = candidate.models.get(candidate_model, {}).get("capacity")
         for mode, unit in CAPACITY_SEARCHES.items():
             base_search, cand_search = (base or {}).get(mode) or {}, (cand or {}).get(mode) or {}
             base_estimate, cand_estimate = base_search.get("estimate"), cand_search.get("estimate")
@@ -272,7 +272,7 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
                 continue
             rows.append(
                 {
-                    "key": figure_key(base_model, "slo_capacity", mode, "capacity"),
+                    "key": figure_key(base_model, "capacity", mode, "capacity"),
                     "model": base_model,
                     "search": mode,
                     "unit": unit,

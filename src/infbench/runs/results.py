@@ -24,7 +24,7 @@ STAGES = (
     "load",
     "client_fidelity",
     "tuning",
-    "slo_capacity",
+    "capacity",
 )
 VLLM_BENCH = "vllm bench serve"
 # Fields every `vllm bench serve --save-result` file has (vllm/benchmarks/serve.py).

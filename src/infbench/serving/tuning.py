@@ -85,7 +85,7 @@ def run_tuning(
         )
         level.pop("requests")
         served = searched["at_capacity"]
-        slo_capacity = {
+        cell_capacity = {
             "capacity": searched["capacity"],
             "first_failing": searched["first_failing"],
             "converged": searched["converged"],
@@ -94,7 +94,7 @@ def run_tuning(
             "output_throughput_at_capacity": served["output_throughput"]["mean"] if served else None,
             "probes": searched["probes"],
         }
-        cells.append({"settings": cell, "kv": kv, "startup_s": server.startup_s, **level, "slo_capacity": slo_capacity})
+        cells.append({"settings": cell, "kv": kv, "startup_s": server.startup_s, **level, "capacity": cell_capacity})
         progress(
             f"tuning {cell}: {level['output_throughput']:.1f} output tok/s, "
             f"peak waiting {level['peak_num_requests_waiting']:.0f}, preemptions {level['preemptions']:.0f}, "
@@ -106,7 +106,7 @@ def run_tuning(
 def best_cell(cells: list[dict]) -> int | None:
     """The cell serving the most requests in flight within the SLO; among equals, the one with
     the highest output throughput at its capacity. None when no cell met the SLO at all."""
-    served = [(i, c["slo_capacity"]) for i, c in enumerate(cells) if c["slo_capacity"]["capacity"] is not None]
+    served = [(i, c["capacity"]) for i, c in enumerate(cells) if c["capacity"]["capacity"] is not None]
     if not served:
         return None
     return max(served, key=lambda item: (item[1]["capacity"], item[1]["output_throughput_at_capacity"] or 0))[0]

@@ -1,5 +1,5 @@
-"""Rule `slo_capacity`: the highest concurrency and request rate served within the SLO, found by
-bracketing and bisection on a fresh server of the model (or the external endpoint) -> slo_capacity.json."""
+"""Rule `capacity`: the highest concurrency and request rate served within the SLO, found by
+bracketing and bisection on a fresh server of the model (or the external endpoint) -> capacity.json."""
 
 from infbench.capacity.checks import capacity_checks
 from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
@@ -58,7 +58,7 @@ def main(stage):
             },
             "checks": capacity_checks(result),
         },
-        schema="slo_capacity",
+        schema="capacity",
     )
 
 
