@@ -1,5 +1,5 @@
 """Rule `offline_comparison`: vLLM / HF ratios, like-for-like checks, same-model check, study
-figures -> comparison.json."""
+figures -> offline_comparison.json."""
 
 from infbench.core.artifacts import read_json, read_jsonl, write_json
 from infbench.core.stage import run_stage
@@ -30,7 +30,7 @@ def main(stage):
         device=params.device,
         dtype=params.dtype,
     )
-    write_json(stage.output[0], comparison, schema_name="comparison")
+    write_json(stage.output[0], comparison, schema_name="offline_comparison")
     for ratio in comparison["ratios"]:
         print(f"{ratio['vllm_scenario']} / {ratio['hf_scenario']}: {ratio['output_throughput']}")
     for item in comparison["checks"]:

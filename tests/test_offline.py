@@ -18,14 +18,14 @@ ROUND_ARTIFACTS = ("offline_rounds/hf_baseline_2", "offline_rounds/vllm_offline_
 @pytest.fixture(scope="module")
 def artifacts(tiny_run):
     results = tiny_run / "results" / "tiny"
-    names = ("hf_baseline", "vllm_offline", "comparison", *ROUND_ARTIFACTS)
+    names = ("hf_baseline", "vllm_offline", "offline_comparison", *ROUND_ARTIFACTS)
     return {name: read_json(results / f"{name}.json") for name in names}
 
 
 def test_artifacts_match_their_schemas(artifacts):
     for name in ("hf_baseline", "vllm_offline", *ROUND_ARTIFACTS):
         validate(artifacts[name], "offline")
-    validate(artifacts["comparison"], "comparison")
+    validate(artifacts["offline_comparison"], "offline_comparison")
 
 
 def test_engines_report_the_same_device_dtype_cpus_and_timing(artifacts):
@@ -39,7 +39,7 @@ def test_engines_report_the_same_device_dtype_cpus_and_timing(artifacts):
     assert {k: hf["timing"][k] for k in common} == {k: vllm["timing"][k] for k in common}
     assert "CLOCK_MONOTONIC" in hf["timing"]["clock"]
     assert hf["timing"]["token_times_from"] != vllm["timing"]["token_times_from"]
-    checks = artifacts["comparison"]["checks"]
+    checks = artifacts["offline_comparison"]["checks"]
     assert [c for c in checks if c["status"] != "pass"] == []
     names = {c["name"] for c in checks}
     assert {
@@ -76,7 +76,7 @@ def test_interleaved_rounds_run_in_order_and_give_paired_intervals(artifacts):
     hf_2, vllm_2 = (window(name) for name in ROUND_ARTIFACTS)
     assert max(window("hf_baseline")[1], window("vllm_offline")[1]) <= hf_2[0]
     assert hf_2[1] <= vllm_2[0]
-    rounds = artifacts["comparison"]["interleaved_rounds"]
+    rounds = artifacts["offline_comparison"]["interleaved_rounds"]
     assert rounds["rounds"] == 2 and "between processes" in rounds["interval_scope"]
     hf_rounds = [artifacts["hf_baseline"], artifacts[ROUND_ARTIFACTS[0]]]
     vllm_rounds = [artifacts["vllm_offline"], artifacts[ROUND_ARTIFACTS[1]]]
@@ -96,7 +96,7 @@ def test_interleaved_rounds_run_in_order_and_give_paired_intervals(artifacts):
         across = ratio["across_rounds"]
         expected = reference_paired_ratio(vllm, hf)
         assert (across["ratio"], across["ci95_low"], across["ci95_high"]) == pytest.approx(expected, rel=1e-4)
-    assert all("within-process" in r["interval_scope"] for r in artifacts["comparison"]["ratios"])
+    assert all("within-process" in r["interval_scope"] for r in artifacts["offline_comparison"]["ratios"])
 
 
 def test_scenarios_and_fixed_output_lengths(tiny_run, artifacts):
@@ -149,7 +149,7 @@ def test_provenance_is_complete(artifacts):
 
 
 def test_same_weights_check_passes_for_the_same_model(artifacts):
-    agreement = artifacts["comparison"]["agreement"]
+    agreement = artifacts["offline_comparison"]["agreement"]
     assert agreement["flagged"] is False and agreement["consistency"] >= 0.9
 
 

@@ -185,8 +185,8 @@ def test_the_default_runs_the_studys_single_longest_first_and_its_shorter_warmup
 
 
 def test_the_comparison_stores_the_same_weights_verdict_among_its_checks():
-    """comparison.json carries the same-weights check beside the like-for-like ones: passing
-    where vLLM's greedy tokens are HF's choice, failing where they are far from it."""
+    """offline_comparison.json carries the same-weights check beside the like-for-like ones:
+    passing where vLLM's greedy tokens are HF's choice, failing where they are far from it."""
     from infbench.core.artifacts import validate
     from infbench.offline.comparison import compare
 
@@ -201,7 +201,7 @@ def test_the_comparison_stores_the_same_weights_verdict_among_its_checks():
             [engine_run("hf")], [engine_run("vllm")], {"r0": gaps}, agreement_threshold=0.9, device="cpu",
             dtype="float32",
         )  # fmt: skip
-        validate(comparison, "comparison")
+        validate(comparison, "offline_comparison")
         return next(c for c in comparison["checks"] if c["name"] == "HF and vLLM run the same weights")
 
     assert same_weights([0.0, 0.0, 0.0])["status"] == "pass"

@@ -453,7 +453,7 @@ def test_the_checks_are_read_from_each_artifact_worst_first():
         "model": small_model(),
         "capacity": {"checks": [item("converged", "warn")], "provenance": clean},
         "allocator": {"checks": [item("pool", "pass")], "provenance": {"git": {"commit": "abc", "dirty": True}}},
-        "comparison": {"checks": [item("same weights", "fail")]},
+        "offline_comparison": {"checks": [item("same weights", "fail")]},
         "load": {
             "levels": [
                 {

@@ -40,7 +40,7 @@ class Section:
 # fmt: off
 SECTIONS = (
     Section("offline", "1–2", "Hugging Face baseline and vLLM offline, on the same work",
-            ("hf_baseline", "vllm_offline", "comparison")),
+            ("hf_baseline", "vllm_offline", "offline_comparison")),
     Section("kv_problem", "3", "The KV-cache problem: the study's arithmetic, reproduced", ("allocator",)),
     Section("paging", "4", "Paging: what the study left out", ("allocator", "kv_validation", "paging_live")),
     Section("serving", "5", "The OpenAI-compatible server under load", ("server", "load")),
@@ -111,7 +111,7 @@ STAGES = (
     Stage("vllm_offline", {"vllm_offline": 0}, "offline", lambda c: on(c, "vllm_offline"),
           external=True, measured=True),
     Stage("allocator", {"allocator": 0}, "kv_problem", lambda c: on(c, "vllm_offline"), external=True),
-    Stage("offline_comparison", {"comparison": 0}, "offline",
+    Stage("offline_comparison", {"offline_comparison": 0}, "offline",
           lambda c: on(c, "hf_baseline") and on(c, "vllm_offline"), external=True),
     Stage("serve", {"server": "server", "load": "load"}, "serving", lambda c: on(c, "server"),
           external=True, measured=True),

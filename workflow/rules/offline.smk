@@ -103,10 +103,10 @@ rule offline_comparison:
     """vLLM / HF ratios with confidence intervals, greedy agreement, and the study's figures."""
     output:
         report(
-            "results/{model}/comparison.json",
+            "results/{model}/offline_comparison.json",
             category=category("offline_comparison"),
             subcategory="{model}",
-            caption="../../report/captions/comparison.rst",
+            caption="../../report/captions/offline_comparison.rst",
         ),
     input:
         hf=offline_rounds("hf"),

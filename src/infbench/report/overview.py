@@ -10,7 +10,7 @@ from infbench.report.serving import interval_text, level_label
 
 def overview_row(model: str, artifacts: dict) -> dict:
     row = {"model": model}
-    comparison = artifacts.get("comparison")
+    comparison = artifacts.get("offline_comparison")
     for ratio in (comparison or {}).get("ratios", []):
         key = f"vLLM/HF tok/s, {ratio['vllm_scenario']} vs {ratio['hf_scenario']}"
         tp = ratio["output_throughput"]

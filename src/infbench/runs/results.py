@@ -19,7 +19,7 @@ STAGES = (
     "workload_summary",
     "hf_baseline",
     "vllm_offline",
-    "comparison",
+    "offline_comparison",
     "server",
     "load",
     "client_fidelity",
