@@ -136,7 +136,7 @@ def test_snakemake_report_builds_with_the_pages_section_numbers(tiny_run, tmp_pa
     snakemake(tiny_run, "--report", str(tmp_path / "snakemake-report.html"))
     text = (tmp_path / "snakemake-report.html").read_text(errors="replace")
     assert "report.html" in text and "load.json" in text
-    for name in ("offline", "kv_problem", "paging", "serving", "client_fidelity", "capacity", "utilisation"):
+    for name in ("offline", "allocator", "kv_validation", "serve", "client_fidelity", "capacity", "utilisation"):
         category = SECTION[name].category  # as it is, or escaped in the report's data ("1\u20132. ...")
         assert category in text or json.dumps(category)[1:-1] in text, category
 
@@ -361,7 +361,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "figures": [],
         "probes": pd.DataFrame(),
     }
-    serving = {
+    serve = {
         "endpoint": {"base_url": "http://example.test/v1", "model": "m", "metrics": False},
         "startup_s": None,
         "kv_blocks": None,
@@ -399,7 +399,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         **capacity,
         "reproducibility": {"detail": "2 interleaved searches: 44 [38, 51], 47 [40, 55]", "spread": 3},
     }
-    for name, view in (("capacity", capacity), ("capacity", agreeing), ("serving", serving)):
+    for name, view in (("capacity", capacity), ("capacity", agreeing), ("serve", serve)):
         html = env.get_template(f"sections/{name}.html.j2").render(v=view)
         assert not run_together("<body>" + html), name
     assert run_together("<body><p>It ran.Then it stopped.</p>")

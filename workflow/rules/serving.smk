@@ -10,13 +10,13 @@ rule serve:
             "results/{model}/server.json",
             category=category("serve"),
             subcategory="{model}",
-            caption="../../report/captions/serving.rst",
+            caption="../../report/captions/serve.rst",
         ),
         load=report(
             "results/{model}/load.json",
             category=category("serve"),
             subcategory="{model}",
-            caption="../../report/captions/serving.rst",
+            caption="../../report/captions/serve.rst",
         ),
     input:
         model=rules.model.output[0],
@@ -57,7 +57,7 @@ rule client_fidelity:
             "results/{model}/client_fidelity.json",
             category=category("client_fidelity"),
             subcategory="{model}",
-            caption="../../report/captions/serving.rst",
+            caption="../../report/captions/serve.rst",
         ),
         # vLLM's own result file of the last round, as `vllm bench serve --save-result` wrote it:
         # it can sit in a run comparison (scripts/runs.py compare) beside this pipeline's runs.
@@ -102,7 +102,7 @@ rule tuning:
             "results/{model}/tuning.json",
             category=category("tuning"),
             subcategory="{model}",
-            caption="../../report/captions/serving.rst",
+            caption="../../report/captions/serve.rst",
         ),
     input:
         model=rules.model.output[0],
@@ -145,7 +145,7 @@ rule prefix_caching:
             "results/{model}/prefix_caching.json",
             category=category("prefix_caching"),
             subcategory="{model}",
-            caption="../../report/captions/serving.rst",
+            caption="../../report/captions/serve.rst",
         ),
     input:
         model=rules.model.output[0],

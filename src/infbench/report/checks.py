@@ -5,7 +5,7 @@ a measurement; an artifact from before its stage stored checks contributes none.
 from __future__ import annotations
 
 from infbench.core.checks import STATUS_RANK
-from infbench.report.serving import level_label
+from infbench.report.serve import level_label
 from infbench.stages import STAGES
 
 # Each artifact under the name of the stage that wrote it, as the checks table labels it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from infbench.core.capacity_terms import capacity_text, load_text
-from infbench.report.serving import interval_text, level_label
+from infbench.report.serve import interval_text, level_label
 
 
 def overview_row(model: str, artifacts: dict) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.report.serving import interval_text
+from infbench.report.serve import interval_text
 
 
 def set_table(study: dict) -> pd.DataFrame:
