@@ -205,6 +205,44 @@ def test_an_archive_keeps_the_run_and_its_checksums(tmp_path):
         pack(tmp_path / "unpacked" / "config", tmp_path / "other.tar.gz")
 
 
+def test_a_run_written_before_the_renames_compares_with_one_written_after(tmp_path):
+    """A run from before the capacity and offline comparison artifacts took their stages' names
+    (slo_capacity.json, comparison.json, tuning cells' slo_capacity), as a folder and as its
+    archive, is read under today's names and compared with a run that has them: its capacity
+    is judged and its offline comparison's provenance takes part in what differs."""
+
+    def project(root, capacity_name, comparison_name, capacity, agreement_threshold):
+        """A run's folder; a tuning cell's capacity record was named as the capacity artifact."""
+        results = root / "results" / "m"
+        results.mkdir(parents=True)
+        artifacts = {
+            "load": artifact(128, "abc", [50, 51, 49], [100, 101, 99]),
+            capacity_name: capacity,
+            comparison_name: {"provenance": {"config": {"benchmark": {"agreement_threshold": agreement_threshold}}}},
+            "tuning": {"cells": [{"settings": {"max_num_seqs": 4}, capacity_name: {"capacity": 4}}]},
+        }
+        for name, content in artifacts.items():
+            (results / f"{name}.json").write_text(json.dumps(content))
+        return root
+
+    old = project(tmp_path / "old", "slo_capacity", "comparison", capacity_artifact(40, [36, 44]), 0.9)
+    new = project(tmp_path / "new", "capacity", "offline_comparison", capacity_artifact(28, [25, 33]), 0.8)
+    pack(old, tmp_path / "old.tar.gz")
+    after = load_run(new)
+    for before in (load_run(old), load_run(tmp_path / "old.tar.gz")):
+        assert set(before.models["m"]) == set(after.models["m"]) == {"load", "capacity", "offline_comparison", "tuning"}
+        (cell,) = before.models["m"]["tuning"]["cells"]
+        assert (
+            cell
+            == after.models["m"]["tuning"]["cells"][0]
+            == {"settings": {"max_num_seqs": 4}, "capacity": {"capacity": 4}}
+        )
+        record = comparison_record([before, after], threshold=0.05)
+        (capacity,) = record["comparisons"][0]["capacities"]
+        assert (capacity["key"], capacity["verdict"]) == ("m/capacity/concurrency/capacity", "lower")
+        assert [d["key"] for d in record["differences"]] == ["config.benchmark.agreement_threshold"]
+
+
 def rewritten(archive, target, change):
     """The archive with one member's bytes (or name) changed, the manifest kept."""
     with tarfile.open(archive, "r:gz") as tar:

@@ -26,6 +26,9 @@ STAGES = (
     "tuning",
     "capacity",
 )
+# The names artifacts had before they took their stages' (a tuning cell's capacity record
+# too): a run written then is read under today's, so that it compares with one written now.
+FORMER_NAMES = {"capacity": "slo_capacity", "offline_comparison": "comparison"}
 VLLM_BENCH = "vllm bench serve"
 # Fields every `vllm bench serve --save-result` file has (vllm/benchmarks/serve.py).
 VLLM_BENCH_FIELDS = ("backend", "model_id", "completed", "duration", "output_throughput", "median_ttft_ms")
@@ -78,14 +81,25 @@ def read_json_file(path: Path) -> dict:
         raise RunError(f"{path} is not valid JSON ({error}); pass an artifact or result file unchanged") from None
 
 
+def artifact_file(folder: Path, stage: str) -> Path | None:
+    """results/{model}/{stage}.json, or in a run written before, the file of its former name."""
+    for name in (stage, FORMER_NAMES.get(stage, stage)):
+        if (folder / f"{name}.json").is_file():
+            return folder / f"{name}.json"
+    return None
+
+
 def pipeline_run(root: Path, source: str) -> RunResults:
     """A project folder (holding results/) or its results/ folder."""
     results = root / "results" if (root / "results").is_dir() else root
     models = {}
     for folder in sorted(path for path in results.iterdir() if path.is_dir()):
-        artifacts = {
-            stage: read_json_file(folder / f"{stage}.json") for stage in STAGES if (folder / f"{stage}.json").is_file()
-        }
+        found = {stage: artifact_file(folder, stage) for stage in STAGES}
+        artifacts = {stage: read_json_file(path) for stage, path in found.items() if path}
+        for cell in artifacts.get("tuning", {}).get("cells", []):
+            for name, former in FORMER_NAMES.items():
+                if former in cell:
+                    cell[name] = cell.pop(former)
         if not artifacts.keys() - {"workload_summary"}:  # a workload alone holds no figures
             continue
         facts = results.parent / "resources" / "models" / folder.name / "model.json"
