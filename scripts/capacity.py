@@ -2,7 +2,7 @@
 bracketing and bisection on a fresh server of the model (or the external endpoint) -> capacity.json."""
 
 from infbench.capacity.checks import capacity_checks
-from infbench.capacity.slo_capacity import cost_per_million_output_tokens, search_capacity
+from infbench.capacity.measure import cost_per_million_output_tokens, search_capacity
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
 from infbench.engines.external_endpoint import ExternalEndpoint, measured_server

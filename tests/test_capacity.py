@@ -81,10 +81,10 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
         "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
         "max_search_s": 300,
     }  # fmt: skip
-    load = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
+    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
     pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
             for i in range(300)]  # fmt: skip
-    record = searched(tmp_path, schedule, pool, settings, load)
+    record = searched(tmp_path, schedule, pool, settings, load_settings)
     search = record["concurrency"]
     probes = {p["load"]: p for p in search["probes"]}
     shares = {load: p["attainment"] for load, p in probes.items()}

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
+from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
 from infbench.capacity.probe import PassRecord, verdict
 from infbench.capacity.search import (
     Probe,
@@ -18,7 +19,6 @@ from infbench.capacity.search import (
     search,
     wilson_interval,
 )
-from infbench.capacity.slo_capacity import cost_per_million_output_tokens, pool_share
 from infbench.report.capacity import capacity_text, estimate_text
 
 
@@ -433,8 +433,8 @@ def test_the_report_warns_where_the_rate_searchs_client_fell_behind():
 
 
 def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out_of_the_fit():
+    from infbench.capacity.measure import fitted_capacity
     from infbench.capacity.search import search
-    from infbench.capacity.slo_capacity import fitted_capacity
 
     def probe(load):  # the server meets every rate; the client cannot send 8 req/s or more
         behind = load >= 8

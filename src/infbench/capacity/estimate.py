@@ -34,31 +34,31 @@ def crossing(loads: list[float], fitted: list[float], target: float, integer: bo
     target; BELOW when even the lowest probe misses, ABOVE when the highest one meets it."""
     if fitted[0] < target:
         return BELOW
-    for (low, met), (high, missed) in zip(zip(loads, fitted), zip(loads[1:], fitted[1:])):
-        if missed < target:
-            x = low + (met - target) / (met - missed) * (high - low)
+    for (low, low_share), (high, high_share) in zip(zip(loads, fitted), zip(loads[1:], fitted[1:])):
+        if high_share < target:
+            x = low + (low_share - target) / (low_share - high_share) * (high - low)
             return math.floor(x + 1e-9) if integer else x
     return ABOVE
 
 
 def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, integer: bool, seed: int = 0) -> dict:
-    """`probes`: (load, met, counted) per probe (a load probed twice pooled). The capacity from
+    """`probes`: (load, met_slo, counted) per probe (a load probed twice pooled). The capacity from
     the fitted curve, its 95 % bootstrap interval, and the fitted curve itself."""
     pooled: dict[float, list[int]] = {}
-    for load, met, counted in probes:
+    for load, met_slo, counted in probes:
         kept = pooled.setdefault(load, [0, 0])
-        kept[0] += met
+        kept[0] += met_slo
         kept[1] += counted
     loads = sorted(load for load, (_, n) in pooled.items() if n)
     if not loads:
         return {"value": None, "ci95": None, "curve": [], "method": METHOD}
-    met = np.array([pooled[load][0] for load in loads])
+    met_slo = np.array([pooled[load][0] for load in loads])
     counted = np.array([pooled[load][1] for load in loads])
-    shares = met / counted
+    shares = met_slo / counted
     fitted = non_increasing_fit(shares.tolist(), counted.tolist())
     value = crossing(loads, fitted, target, integer)
     rng = np.random.default_rng(seed)
-    draws = rng.beta(met + 0.5, counted - met + 0.5, size=(BOOTSTRAP_ROUNDS, len(loads)))
+    draws = rng.beta(met_slo + 0.5, counted - met_slo + 0.5, size=(BOOTSTRAP_ROUNDS, len(loads)))
     values = sorted(
         crossing(loads, non_increasing_fit(row.tolist(), counted.tolist()), target, integer) for row in draws
     )

@@ -20,22 +20,23 @@ from infbench.serving.client import load_request
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, measure_pass
 
 
-def verdict(met: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
-    """met / missed / undecided: the 95 % Wilson interval of met / counted against the target;
-    missed where saturated, never met where the client fell behind its schedule."""
-    low, high = wilson_interval(met, counted)
+def verdict(met_slo: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
+    """met / missed / undecided: the 95 % Wilson interval of met_slo / counted (requests that met
+    every SLO of those counted) against the target; missed where saturated, never met where the
+    client fell behind its schedule."""
+    low, high = wilson_interval(met_slo, counted)
     if saturated or high < target:
         return "missed"
     return "met" if low >= target and not client_behind else "undecided"
 
 
-def missed_whatever_follows(prior_met: int, prior_counted: int, planned: int, target: float, slo_ms: dict):
+def missed_whatever_follows(prior_met_slo: int, prior_counted: int, planned: int, target: float, slo_ms: dict):
     """A pass's `Window.settled`: given its finished counted requests, whether the probe is
     missed even if every one of its `planned` not yet seen to miss meets the SLO."""
 
     def settled(finished) -> bool:
         misses = sum(not meets_slo(r, slo_ms) for r in finished)
-        return verdict(prior_met + planned - misses, prior_counted + planned, target) == "missed"
+        return verdict(prior_met_slo + planned - misses, prior_counted + planned, target) == "missed"
 
     return settled
 
@@ -77,34 +78,34 @@ class PassRecord:
     @property
     def client_behind(self) -> bool:
         """Its send lag grew by over LAG_GROWTH_BEHIND of its window."""
-        growth, window = self.measured.send_lag_growth_s, self.measured.run.window_s
-        return growth is not None and window > 0 and growth > LAG_GROWTH_BEHIND * window
+        growth, window_s = self.measured.send_lag_growth_s, self.measured.run.window_s
+        return growth is not None and window_s > 0 and growth > LAG_GROWTH_BEHIND * window_s
 
     def to_json(self) -> dict:
         run, measured = self.measured.run, self.measured
-        counted = measured.counted
-        window = run.window_s
-        summary = aggregate(counted, window or run.ended_s)
+        counted_results = measured.counted
+        counted, window_s = len(counted_results), run.window_s
+        summary = aggregate(counted_results, window_s or run.ended_s)
         series = run.metrics
         in_window = run.window_samples()
         running = [s["vllm:num_requests_running"] for s in in_window if "vllm:num_requests_running" in s]
         preemptions = series.first_last("vllm:num_preemptions_total")
-        completed_rate = measured.completed / window if window else None
+        completed_rate = measured.completed / window_s if window_s else None
         growth = measured.send_lag_growth_s
         return {
             "window_s": [run.opened_s, run.closed_s],
             "sent": run.sent,
-            "requests": len(counted),
+            "requests": counted,
             "supply_exhausted": run.exhausted,
             "met_slo": self.met_slo,
             "settled_early": run.settled_early,
             "closed_at_deadline": run.closed_at_deadline,
             "failed": summary["failed"],
             "duration_s": run.ended_s,
-            "output_throughput": measured.output_tokens / window if window else 0.0,
+            "output_throughput": measured.output_tokens / window_s if window_s else 0.0,
             "request_throughput": completed_rate or 0.0,
             **{f"{stat}_ms": summary[f"{stat}_ms"] for stat in PASS_LATENCIES},
-            "offered_request_rate": (len(counted) / window if window else None) if measured.open_loop else None,
+            "offered_request_rate": (counted / window_s if window_s else None) if measured.open_loop else None,
             "achieved_request_rate": completed_rate if measured.open_loop else None,
             "queue_growing": measured.growing,
             "saturated": self.saturated,
@@ -133,12 +134,12 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
     throughput across passes, the server's peaks (docs/method.md#capacity-decisions)."""
     records = [p.to_json() for p in passes]
     pooled = [r for p in passes for r in p.measured.counted]
-    counted, met = sum(p.requests for p in passes), sum(p.met_slo for p in passes)
-    low, high = wilson_interval(met, counted)
+    counted, met_slo = sum(p.requests for p in passes), sum(p.met_slo for p in passes)
+    low, high = wilson_interval(met_slo, counted)
     saturated = any(p.saturated for p in passes)
     # A probe missed at the load actually offered missed whatever the client sent: the client's
     # lag is recorded only otherwise.
-    decision = verdict(met, counted, target, saturated, any(p.client_behind for p in passes))
+    decision = verdict(met_slo, counted, target, saturated, any(p.client_behind for p in passes))
     client_behind = any(p.client_behind for p in passes) and decision != "missed"
 
     def peak(key):
@@ -150,8 +151,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         "passes": len(passes),
         "requests": counted,
         "sent": sum(r["sent"] for r in records),
-        "met_slo": met,
-        "attainment": met / counted if counted else 0.0,
+        "met_slo": met_slo,
+        "attainment": met_slo / counted if counted else 0.0,
         "attainment_ci95": [low, high],
         "decision": decision,
         "supply_exhausted": any(r["supply_exhausted"] for r in records),
@@ -222,8 +223,8 @@ class Prober:
         self.supply = RequestSupply(pool, load_request, seed)
         self.window = Window(settings["window_s"], settings["window_requests"])
         # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
-        arrivals = workload_trace(workload)
-        self.trace = TraceArrivals(arrivals) if replayable(arrivals) else None
+        arrival_s = workload_trace(workload)
+        self.trace = TraceArrivals(arrival_s) if replayable(arrival_s) else None
         self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
 
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
@@ -239,19 +240,19 @@ class Prober:
         else:  # vLLM's gamma gaps
             arrivals = Arrivals(load, self.load_settings["burstiness"])
         window = window or self.window
-        supply = None if replay else self.supply.take()
+        requests = None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load_settings["slo_ms"], self.settings["repeats"]
         passes: list[PassRecord] = []
-        met_so_far = counted_so_far = 0  # pooled over the passes so far
+        met_slo_so_far = counted_so_far = 0  # pooled over the passes so far
         out_of_time = False
         for index in range(repeats):
             if index and self.budget.out():
                 out_of_time = True
                 break
-            settled = missed_whatever_follows(met_so_far, counted_so_far, window.min_requests, target, slo_ms)
+            settled = missed_whatever_follows(met_slo_so_far, counted_so_far, window.min_requests, target, slo_ms)
             measured = measure_pass(
                 self.server,
-                iter([load_request(r, index) for r in self.trace_rows]) if replay else supply,
+                iter([load_request(r, index) for r in self.trace_rows]) if replay else requests,
                 what=f"probe {mode} {load:g}",
                 pool=None
                 if replay
@@ -268,12 +269,12 @@ class Prober:
             out_of_time |= measured.run.closed_at_deadline
             last = PassRecord.of(measured, slo_ms)
             passes.append(last)
-            met_so_far, counted_so_far = met_so_far + last.met_slo, counted_so_far + last.requests
+            met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests
             # A trace replay ends with the trace: its passes pool until decided, as others do.
             # A pass whose client fell behind can never make the probe met: no more passes.
             if (
                 last.client_behind
-                or verdict(met_so_far, counted_so_far, target, last.saturated) != "undecided"
+                or verdict(met_slo_so_far, counted_so_far, target, last.saturated) != "undecided"
                 or (last.measured.run.exhausted and not replay)
             ):
                 break

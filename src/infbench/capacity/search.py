@@ -116,12 +116,12 @@ def search_steps(
 
     def measure(load: float):
         nonlocal timed_out
-        outcome = yield load
-        if outcome is None:
+        measured = yield load
+        if measured is None:
             timed_out = True
         else:
-            probes.append(outcome)
-        return outcome
+            probes.append(measured)
+        return measured
 
     load = min(max(start, floor), ceiling)
     if kv_limit is not None and floor <= kv_limit < load:
@@ -174,14 +174,15 @@ def search_steps(
     return SearchResult(passing, failing, probes, outcome)
 
 
-def interleaved(probes: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
-    """One search per `probe` function, all with the same settings, taking turns probe by
-    probe until every one has finished, who goes first rotating each round (so that the
-    machine's drift, and the first look at a new load, reach each alike). Once
-    `settings["out_of_time"]()`, a search's pending load is not measured (its first is):
-    another search's probe may have spent the time since it was asked for."""
+def interleaved(probe_functions: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
+    """One search per function of `probe_functions` (each measures a load and returns its
+    Probe), all with the same settings, taking turns probe by probe until every one has
+    finished, who goes first rotating each round (so that the machine's drift, and the first
+    look at a new load, reach each alike). Once `settings["out_of_time"]()`, a search's
+    pending load is not measured (its first is): another search's probe may have spent the
+    time since it was asked for."""
     out_of_time = settings.get("out_of_time", lambda: False)
-    steps = [search_steps(**settings) for _ in probes]
+    steps = [search_steps(**settings) for _ in probe_functions]
     pending = {index: next(step) for index, step in enumerate(steps)}
     results: dict[int, SearchResult] = {}
     started: set[int] = set()
@@ -190,7 +191,7 @@ def interleaved(probes: list[Callable[[float], Probe]], **settings) -> list[Sear
         order = sorted(pending)
         for index in order[round_ % len(order) :] + order[: round_ % len(order)]:
             # Outside the try: a probe's own StopIteration is an error.
-            measured = None if index in started and out_of_time() else probes[index](pending[index])
+            measured = None if index in started and out_of_time() else probe_functions[index](pending[index])
             started.add(index)
             try:
                 pending[index] = steps[index].send(measured)
@@ -198,7 +199,7 @@ def interleaved(probes: list[Callable[[float], Probe]], **settings) -> list[Sear
                 results[index] = finished.value
                 del pending[index]
         round_ += 1
-    return [results[index] for index in range(len(probes))]
+    return [results[index] for index in range(len(probe_functions))]
 
 
 def search(probe: Callable[[float], Probe], **settings) -> SearchResult:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from infbench.capacity.slo_capacity import search_capacity
+from infbench.capacity.measure import search_capacity
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import ServerSpec, start_server
 from infbench.engines.settings import server_max_num_seqs

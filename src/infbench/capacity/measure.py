@@ -24,8 +24,7 @@ LONG_PASS = 10
 def rate_window(settings: dict, concurrency_record: dict) -> Window:
     """The rate search's window: at least LONG_PASS median E2E latencies of the closed loop at
     its capacity (at its lowest probe where none met), and at least capacity.window_s."""
-    probes = concurrency_record["probes"]
-    at = concurrency_record["at_capacity"] or min(probes, key=lambda p: p["load"])
+    at = concurrency_record["at_capacity"] or min(concurrency_record["probes"], key=lambda p: p["load"])
     latency_s = (at.get("median_e2el_ms") or 0.0) / MS
     return Window(max(settings["window_s"], LONG_PASS * latency_s), settings["window_requests"])
 
@@ -99,7 +98,7 @@ def search_capacity(
     pool_requests = [load_request(r, 0) for r in pool]
     full_usage = kv_full_usage(pool_requests, kv)
 
-    def outcome(mode: str, result, seconds: float) -> dict:
+    def search_record(mode: str, result, seconds: float) -> dict:
         by_load = {p.load: p.record for p in result.probes}
         # The limit is read where the SLO broke (the first failing probe), else at the highest probe.
         where = result.first_failing if result.first_failing is not None else max(by_load)
@@ -107,16 +106,16 @@ def search_capacity(
         record["search_s"] = seconds
         record["max_search_s"] = settings["max_search_s"]
         if by_load[where].get("client_behind"):
-            limit = {
+            binding = {
                 "limit": "client",
                 "evidence": "the client fell behind its schedule here: the server was never offered this load",
             }
         else:
-            limit = binding_limit(by_load[where], kv_full_usage=full_usage, max_num_seqs=max_num_seqs)
-        record["binding"] = {"at": where, **limit}
+            binding = binding_limit(by_load[where], kv_full_usage=full_usage, max_num_seqs=max_num_seqs)
+        record["binding"] = {"at": where, **binding}
         record["kv_limit"] = (
             kv_limit_agreement(by_load[where]["peak_num_requests_running"], pool_requests, kv, predicted["value"])
-            if mode == "concurrency" and predicted and limit["limit"] == "kv_memory"
+            if mode == "concurrency" and predicted and binding["limit"] == "kv_memory"
             else None
         )
         record["at_capacity"] = by_load.get(result.capacity)
@@ -138,15 +137,15 @@ def search_capacity(
         out_of_time=budget.out,
     )
     seconds = time.perf_counter() - started
-    record = {"predicted_kv_concurrency": predicted, "concurrency": outcome("concurrency", concurrency, seconds)}
+    found = {"predicted_kv_concurrency": predicted, "concurrency": search_record("concurrency", concurrency, seconds)}
     if others:
-        record["concurrency_searches"] = [outcome("concurrency", other, seconds) for other in others]
-        record["reproducibility"] = reproducibility(
-            [record["concurrency"]["estimate"], *(other["estimate"] for other in record["concurrency_searches"])]
+        found["concurrency_searches"] = [search_record("concurrency", other, seconds) for other in others]
+        found["reproducibility"] = reproducibility(
+            [found["concurrency"]["estimate"], *(other["estimate"] for other in found["concurrency_searches"])]
         )
     if settings["rate"]:
-        served = record["concurrency"]["at_capacity"]
-        window = rate_window(settings, record["concurrency"])
+        served = found["concurrency"]["at_capacity"]
+        window = rate_window(settings, found["concurrency"])
         progress(f"rate search: windows of {window.seconds:.1f} s (at least {LONG_PASS} median latencies)")
         # Little's law: the closed loop at its capacity completed requests at this rate. The
         # ceiling: the most any closed-loop probe completed (past it an open loop's queue grows).
@@ -163,10 +162,10 @@ def search_capacity(
             max_probes=settings["max_probes"],
             out_of_time=budget.out,
         )
-        record["request_rate"] = outcome("request_rate", rate, time.perf_counter() - started)
+        found["request_rate"] = search_record("request_rate", rate, time.perf_counter() - started)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
-        record["request_rate"]["trace_rate"] = first.trace.rate if first.trace is not None else None
-    return record
+        found["request_rate"]["trace_rate"] = first.trace.rate if first.trace is not None else None
+    return found
 
 
 def cost_per_million_output_tokens(per_hour: float | None, output_throughput: float | None) -> float | None:
