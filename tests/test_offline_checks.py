@@ -1,9 +1,6 @@
 """The offline stages' checks and fairness rules on hand-made artifacts: each check must fail
 on the case it exists for."""
 
-import pytest
-
-from infbench.kv.allocator import analyse
 from infbench.offline.comparison import like_for_like_checks
 from infbench.offline.hf_baseline import count_generated
 from infbench.offline.timing import TIMING
@@ -59,49 +56,6 @@ def test_generated_tokens_are_counted_up_to_the_first_stop_or_pad():
     assert count_generated([5, 6, 7], {2}) == 3
     assert count_generated([5, 6, 2, 2], {2}) == 2
     assert count_generated([2, 9], {2, 0}) == 0
-
-
-def hand_analysis(workload: list[dict], vllm_offline: dict) -> dict:
-    """The allocator's analysis of a hand-made workload and vLLM offline artifact, on a model of
-    100 bytes per token in float32 and a 100 KiB budget, blocks of 16."""
-    return analyse(
-        workload=workload,
-        vllm_offline=vllm_offline,
-        model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
-        dtype="float32",
-        budget_bytes=102_400,
-        max_model_len=128,
-        settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
-        seed=0,
-    )
-
-
-def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
-    """The timed runs suppress EOS, so their outputs equal max_tokens; the allocator must use
-    the lengths vLLM produced when it could stop, or reserving max_tokens would look free."""
-    workload = [{"id": f"r{i}", "prompt_tokens": 20, "max_tokens": 64} for i in range(4)]
-    vllm_offline = {
-        "scenarios": [
-            {
-                "name": "workload_sequential",
-                "requests": [{"request_id": r["id"], "output_tokens": 64} for r in workload],
-            }
-        ],
-        "natural_output_tokens": {"r0": 10, "r1": 20, "r2": 30, "r3": 64},
-        "engine_facts": {
-            "block_size": 16,
-            "num_blocks": 64,
-            "kv_capacity_tokens": 1024,
-            "max_concurrency_at_max_model_len": 8.0,
-            "max_model_len": 128,
-        },
-    }
-    analysis = hand_analysis(workload, vllm_offline)
-    trace = next(t for t in analysis["traces"] if t["name"] == "workload")
-    assert trace["mean_output"] == pytest.approx(31.0) and trace["mean_max_tokens"] == 64
-    utilisation = {s["strategy"]: s["utilisation"] for s in trace["strategies"]}
-    assert utilisation["contiguous_prompt_plus_max_tokens"] < utilisation["contiguous_oracle"]
-    assert analysis["pool_sizing_check"]["status"] == "pass"  # 102,400 // (100 x 16) = 64 blocks
 
 
 def test_a_warmup_runs_whole_until_the_engine_ran_a_group_as_large_and_the_repeats_always_run_whole():
@@ -207,23 +161,3 @@ def test_the_comparison_stores_the_same_weights_verdict_among_its_checks():
     assert same_weights([0.0, 0.0, 0.0])["status"] == "pass"
     apart = same_weights([9.0, 9.0, 9.0])
     assert apart["status"] == "fail" and apart["value"] == 0 and "not running the same weights" in apart["detail"]
-
-
-def test_the_allocator_stores_its_two_checks():
-    """allocator.json's checks: vLLM's pool-sizing formula and the study's table reproduced;
-    the formula's check fails where vLLM's pool differs from what it predicts."""
-    facts = {"block_size": 16, "num_blocks": 64, "kv_capacity_tokens": 1024, "max_concurrency_at_max_model_len": 8.0,
-             "max_model_len": 128}  # fmt: skip
-
-    def checks(engine_facts):
-        analysis = hand_analysis(
-            [{"id": "r0", "prompt_tokens": 20, "max_tokens": 64}],
-            {"natural_output_tokens": {"r0": 10}, "engine_facts": engine_facts},
-        )
-        return {c["name"]: (c["status"], c["value"]) for c in analysis["checks"]}
-
-    assert checks(facts) == {
-        "vLLM's pool-sizing formula reproduced": ("pass", 64),
-        "study table reproduced": ("pass", None),
-    }
-    assert checks(facts | {"num_blocks": 65})["vLLM's pool-sizing formula reproduced"] == ("fail", 64)

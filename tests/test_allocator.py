@@ -1,11 +1,13 @@
-"""The allocator simulator: the study's numbers exactly, theory's invariants, random traces."""
+"""The allocator stage: the simulator (the study's numbers exactly, theory's invariants, random
+traces), its analysis on hand-made artifacts with the checks it stores, and on the tiny run."""
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infbench.kv.allocator import pool_sizing_check, study_reproduction
+from infbench.kv.allocator import analyse, pool_sizing_check, study_reproduction
 from infbench.kv.simulator import (
     FirstFit,
     Strategy,
@@ -208,3 +210,66 @@ def test_replay_admits_by_the_same_rule():
     assert (on_demand.peak_running, reserving.peak_running) == (4, 2)
     assert on_demand.preemptions > 0 and reserving.preemptions == 0
     assert on_demand.completed == reserving.completed == 4
+
+
+def hand_analysis(workload: list[dict], vllm_offline: dict) -> dict:
+    """The allocator's analysis of a hand-made workload and vLLM offline artifact, on a model of
+    100 bytes per token in float32 and a 100 KiB budget, blocks of 16."""
+    return analyse(
+        workload=workload,
+        vllm_offline=vllm_offline,
+        model_facts={"name": "hand", "kv_bytes_per_token": {"float32": 100}},
+        dtype="float32",
+        budget_bytes=102_400,
+        max_model_len=128,
+        settings={"block_sizes": [16], "sharegpt_requests": 20, "prefix_share_tokens": 16},
+        seed=0,
+    )
+
+
+def test_allocator_replays_natural_output_lengths_not_the_fixed_ones():
+    """The timed runs suppress EOS, so their outputs equal max_tokens; the allocator must use
+    the lengths vLLM produced when it could stop, or reserving max_tokens would look free."""
+    workload = [{"id": f"r{i}", "prompt_tokens": 20, "max_tokens": 64} for i in range(4)]
+    vllm_offline = {
+        "scenarios": [
+            {
+                "name": "workload_sequential",
+                "requests": [{"request_id": r["id"], "output_tokens": 64} for r in workload],
+            }
+        ],
+        "natural_output_tokens": {"r0": 10, "r1": 20, "r2": 30, "r3": 64},
+        "engine_facts": {
+            "block_size": 16,
+            "num_blocks": 64,
+            "kv_capacity_tokens": 1024,
+            "max_concurrency_at_max_model_len": 8.0,
+            "max_model_len": 128,
+        },
+    }
+    analysis = hand_analysis(workload, vllm_offline)
+    trace = next(t for t in analysis["traces"] if t["name"] == "workload")
+    assert trace["mean_output"] == pytest.approx(31.0) and trace["mean_max_tokens"] == 64
+    utilisation = {s["strategy"]: s["utilisation"] for s in trace["strategies"]}
+    assert utilisation["contiguous_prompt_plus_max_tokens"] < utilisation["contiguous_oracle"]
+    assert analysis["pool_sizing_check"]["status"] == "pass"  # 102,400 // (100 x 16) = 64 blocks
+
+
+def test_the_allocator_stores_its_two_checks():
+    """allocator.json's checks: vLLM's pool-sizing formula and the study's table reproduced;
+    the formula's check fails where vLLM's pool differs from what it predicts."""
+    facts = {"block_size": 16, "num_blocks": 64, "kv_capacity_tokens": 1024, "max_concurrency_at_max_model_len": 8.0,
+             "max_model_len": 128}  # fmt: skip
+
+    def checks(engine_facts):
+        analysis = hand_analysis(
+            [{"id": "r0", "prompt_tokens": 20, "max_tokens": 64}],
+            {"natural_output_tokens": {"r0": 10}, "engine_facts": engine_facts},
+        )
+        return {c["name"]: (c["status"], c["value"]) for c in analysis["checks"]}
+
+    assert checks(facts) == {
+        "vLLM's pool-sizing formula reproduced": ("pass", 64),
+        "study table reproduced": ("pass", None),
+    }
+    assert checks(facts | {"num_blocks": 65})["vLLM's pool-sizing formula reproduced"] == ("fail", 64)
