@@ -1,7 +1,5 @@
 """A load level over repeats: pooled figures, intervals across repeats, percentiles the sample
-supports, repeats that disagree, and the client-fidelity verdicts."""
-
-import math
+supports, and repeats that disagree."""
 
 import pytest
 
@@ -10,7 +8,6 @@ from infbench.core.stats import median_interval, percentile_needs
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import LevelRun, LoadRequest, StreamedResult
-from infbench.serving.client_fidelity import alternate, fidelity_checks, fidelity_ratios
 from infbench.serving.sweep import Level, percentile_support, repeats_agree, summarize_level, warmup_requests
 
 
@@ -95,81 +92,3 @@ def test_warmup_sends_what_the_level_keeps_in_flight_cut_short():
     warm = warmup_requests(requests, Level(4))
     assert {r.max_tokens for r in warm} == {16} and all(r.id.startswith("warmup-") for r in warm)
     assert requests[0].max_tokens == 64  # the measured requests are untouched
-
-
-def run_result(throughput, ttft, tokens=512):
-    return {
-        "completed": 16,
-        "total_output_tokens": tokens,
-        "output_throughput": throughput,
-        "median_ttft_ms": ttft,
-        "median_tpot_ms": 60.0,
-        "median_itl_ms": 60.0,
-        "client_cpu_s": 1.0,
-    }
-
-
-def test_fidelity_rounds_alternate_and_ratios_pair_by_round():
-    calls = []
-
-    def client(name, throughput):
-        def run():
-            calls.append(name)
-            return run_result(throughput, 100.0)
-
-        return run
-
-    rounds = alternate(client("ours", 95.0), client("vllm", 100.0), 4, progress=lambda _: None)
-    assert calls == ["ours", "vllm", "vllm", "ours", "ours", "vllm", "vllm", "ours"]
-    ratios = fidelity_ratios(rounds)
-    assert ratios["output_throughput"]["ratio"] == pytest.approx(0.95)
-    assert ratios["output_throughput"]["round_ratios"] == pytest.approx([0.95] * 4)
-
-
-def rounds_with(ours_throughputs, theirs_throughputs, ours_tokens=512):
-    return [
-        {
-            "round": i + 1,
-            "order": ["ours", "vllm"],
-            "ours": run_result(a, 100.0, ours_tokens),
-            "vllm": run_result(b, 100.0),
-        }
-        for i, (a, b) in enumerate(zip(ours_throughputs, theirs_throughputs))
-    ]
-
-
-@pytest.mark.parametrize(
-    ("ours", "theirs", "status"),
-    [
-        ([99.0, 101.0, 100.0], [100.0, 100.0, 100.0], "pass"),  # within 1 +- 5 %
-        ([85.0, 86.0, 84.0], [100.0, 100.0, 100.0], "fail"),  # 0.85, interval wholly below 0.95
-        ([90.0, 100.0, 97.0], [100.0, 100.0, 100.0], "warn"),  # the interval crosses 0.95: unresolved
-    ],
-)
-def test_fidelity_verdict_follows_the_interval(ours, theirs, status):
-    rounds = rounds_with(ours, theirs)
-    checks = {c["name"]: c for c in fidelity_checks(rounds, fidelity_ratios(rounds))}
-    assert checks["client_fidelity_output_throughput"]["status"] == status
-    assert checks["client_fidelity_median_ttft_ms"]["status"] == "pass"
-    assert checks["clients_did_the_same_work"]["status"] == "pass"
-
-
-def test_a_figure_of_zero_in_a_round_gets_no_ratio_and_a_warning_not_a_crash():
-    """A median ITL of 0 ms (a round's chunks in one read) has no ratio: the check warns and
-    names the round; the other figures keep theirs."""
-    rounds = rounds_with([100.0, 100.0, 100.0], [100.0, 100.0, 100.0])
-    rounds[1]["ours"]["median_itl_ms"] = 0.0
-    ratios = fidelity_ratios(rounds)
-    assert ratios["median_itl_ms"]["ratio"] is None and ratios["median_itl_ms"]["round_ratios"][1] is None
-    assert "round 2: ours 0" in ratios["median_itl_ms"]["no_ratio"]
-    assert ratios["output_throughput"]["ratio"] == pytest.approx(1.0)
-    checks = {c["name"]: c for c in fidelity_checks(rounds, ratios)}
-    assert checks["client_fidelity_median_itl_ms"]["status"] == "warn"
-    assert "no ratio" in checks["client_fidelity_median_itl_ms"]["detail"]
-
-
-def test_fidelity_fails_when_the_clients_did_different_work():
-    rounds = rounds_with([100.0, 100.0], [100.0, 100.0], ours_tokens=500)
-    checks = {c["name"]: c for c in fidelity_checks(rounds, fidelity_ratios(rounds))}
-    assert checks["clients_did_the_same_work"]["status"] == "fail"
-    assert not math.isnan(checks["client_fidelity_output_throughput"]["value"])

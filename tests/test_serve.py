@@ -1,4 +1,4 @@
-"""The serving stage with a real vLLM server and the real openai client, and its failures:
+"""The serve stage with a real vLLM server and the real openai client, and its failures:
 every one ends with a clear error, no process left in the server's group, no port bound."""
 
 import json
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, reference_mean_interval, reference_paired_ratio, snakemake, tiny_config, write_config
+from conftest import REPO, reference_mean_interval, snakemake, tiny_config, write_config
 
 from infbench.core.artifacts import read_json, validate
 from infbench.engines.settings import engine_env, vllm_engine_args
@@ -203,31 +203,6 @@ def test_chat_level_runs_each_prompt_through_the_chat_template(tiny_run):
     assert chat["failed"] == 0 and not [c for c in chat["checks"] if c["status"] == "fail"]
 
 
-@pytest.mark.slow
-def test_client_fidelity_artifact(tiny_run):
-    fidelity = read_json(tiny_run / "results/tiny/client_fidelity.json")
-    validate(fidelity, "client_fidelity")
-    assert [r["order"] for r in fidelity["rounds"]] == [["ours", "vllm"], ["vllm", "ours"]]
-    for record in fidelity["rounds"]:
-        # 8 requests of 8 tokens each, from both clients.
-        for client in ("ours", "vllm"):
-            assert record[client]["completed"] == 8 and record[client]["total_output_tokens"] == 64
-    assert set(fidelity["ratios"]) == {"output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"}
-    checks = {c["name"]: c["status"] for c in fidelity["checks"]}
-    for metric, ratio in fidelity["ratios"].items():
-        ours = [record["ours"][metric] for record in fidelity["rounds"]]
-        theirs = [record["vllm"][metric] for record in fidelity["rounds"]]
-        if ratio["ratio"] is None:  # a figure of 0 in a round (a median ITL of chunks read together)
-            assert not all(a > 0 and b > 0 for a, b in zip(ours, theirs)), metric
-            assert checks[f"client_fidelity_{metric}"] == "warn"
-            continue
-        assert ratio["round_ratios"] == pytest.approx([a / b for a, b in zip(ours, theirs)])
-        expected = reference_paired_ratio(ours, theirs)
-        assert (ratio["ratio"], ratio["ci95_low"], ratio["ci95_high"]) == pytest.approx(expected, rel=1e-4), metric
-    assert checks["clients_did_the_same_work"] == "pass"
-    assert "--disable-shuffle" in fidelity["vllm_bench_arguments"]
-
-
 @pytest.mark.slow  # starts vLLM's server process (about 8 s until it exits): the fast group stays under a minute
 def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
     args = vllm_engine_args(tmp_path / "no-such-model", "float32", default_config["engine"], 0, "cpu")
@@ -391,24 +366,3 @@ def test_the_client_moves_off_the_engines_cores_where_there_are_others():
     )
     assert shared["client_shares_engine_cores"] and "shares them" in shared["note"]
     assert all(cpus == allowed for cpus in shared["tasks"])
-
-
-def test_vllms_client_is_run_on_the_same_api_as_ours(tmp_path):
-    """Chat workloads compare our chat client with vLLM's openai-chat backend, each sending the
-    user turn for the server's template to wrap; completions keep the prompt as it is."""
-    from infbench.serving.client import LoadRequest
-    from infbench.serving.client_fidelity import vllm_bench_arguments, write_dataset
-
-    templated = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
-    requests = [LoadRequest("r#0", templated, 12, 8, [{"role": "user", "content": "Hi there"}])]
-    common = dict(base_url="http://h:1", served_name="m", tokenizer_dir=tmp_path, dataset=tmp_path / "d.jsonl",
-                  count=1, concurrency=1, seed=0, result_dir=tmp_path)  # fmt: skip
-    for api, backend, endpoint, prompt in (
-        ("chat", "openai-chat", "/v1/chat/completions", "Hi there"),
-        ("completions", "openai", "/v1/completions", templated),
-    ):
-        arguments = vllm_bench_arguments(**common, api=api)
-        assert arguments[arguments.index("--backend") + 1] == backend
-        assert arguments[arguments.index("--endpoint") + 1] == endpoint
-        write_dataset(requests, tmp_path / "d.jsonl", api)
-        assert json.loads((tmp_path / "d.jsonl").read_text()) == {"prompt": prompt, "output_tokens": 8}
