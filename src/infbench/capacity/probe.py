@@ -21,9 +21,8 @@ from infbench.serving.window import MeasuredPass, RequestSupply, Window, measure
 
 
 def verdict(met_slo: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
-    """met / missed / undecided: the 95 % Wilson interval of met_slo / counted (requests that met
-    every SLO of those counted) against the target; missed where saturated, never met where the
-    client fell behind its schedule."""
+    """met / missed / undecided: the 95 % Wilson interval of met_slo / counted against the target;
+    missed where saturated, never met where the client fell behind its schedule."""
     low, high = wilson_interval(met_slo, counted)
     if saturated or high < target:
         return "missed"

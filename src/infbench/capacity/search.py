@@ -175,12 +175,11 @@ def search_steps(
 
 
 def interleaved(probe_functions: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
-    """One search per function of `probe_functions` (each measures a load and returns its
-    Probe), all with the same settings, taking turns probe by probe until every one has
-    finished, who goes first rotating each round (so that the machine's drift, and the first
-    look at a new load, reach each alike). Once `settings["out_of_time"]()`, a search's
-    pending load is not measured (its first is): another search's probe may have spent the
-    time since it was asked for."""
+    """One search per function of `probe_functions` (a load -> its Probe), all with the same
+    settings, taking turns probe by probe until every one has finished, who goes first rotating
+    each round (so that the machine's drift, and the first look at a new load, reach each
+    alike). Once `settings["out_of_time"]()`, a search's pending load is not measured (its
+    first is): another search's probe may have spent the time since it was asked for."""
     out_of_time = settings.get("out_of_time", lambda: False)
     steps = [search_steps(**settings) for _ in probe_functions]
     pending = {index: next(step) for index, step in enumerate(steps)}
