@@ -69,7 +69,7 @@ PIPELINE_RULES = {
     "client_fidelity",
     "kv_validation",
     "prefix_caching",
-    "slo_capacity",
+    "capacity",
     "paging_live",
     "utilisation",
     "html_report",
@@ -275,7 +275,7 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
 
 def searched(tmp_path, schedule, pool, settings, load, progress=lambda line: None) -> dict:
     """search_capacity on a reference server with `schedule`, the pool as workload, no KV facts."""
-    from infbench.capacity.slo_capacity import search_capacity
+    from infbench.capacity.measure import search_capacity
     from infbench.serving.reference_server import ReferenceServer
 
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
