@@ -9,7 +9,7 @@ LOCK := envs/cpu.lock.txt
 STAMP := $(VENV)/.installed-$(shell cat $(LOCK) pyproject.toml envs/setup-venv.sh | sha1sum | cut -c1-12)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup report test test-fast lint dry-run plan lock lock-checksums clean-results stage-times config-docs
+.PHONY: setup report test test-fast test-cluster lint dry-run plan lock lock-checksums clean-results stage-times config-docs
 
 setup: $(STAMP)
 
@@ -43,8 +43,16 @@ test: setup
 	bash scripts/setup-test-system.sh
 	@started=$$(date +%s); echo "== test group 1 of 2: fast"; python -m pytest -m "not slow"; status=$$?; \
 	echo "== test group fast took $$(( $$(date +%s) - started )) s"; exit $$status
-	@started=$$(date +%s); echo "== test group 2 of 2: slow (real engines and pipeline runs)"; python -m pytest -m slow; \
-	status=$$?; echo "== test group slow took $$(( $$(date +%s) - started )) s"; exit $$status
+	@started=$$(date +%s); echo "== test group 2 of 2: slow (real engines and pipeline runs)"; \
+	python -m pytest -m "slow and not cluster"; status=$$?; \
+	echo "== test group slow took $$(( $$(date +%s) - started )) s"; exit $$status
+
+# The pipeline through SLURM's sbatch on a one-node cluster started on this machine (root:
+# the setup script installs SLURM and munge; tests/slurm.py starts and stops the daemons).
+test-cluster: setup
+	bash scripts/setup-test-system.sh
+	@started=$$(date +%s); echo "== cluster tests (SLURM)"; python -m pytest -m cluster; status=$$?; \
+	echo "== cluster tests took $$(( $$(date +%s) - started )) s"; exit $$status
 
 test-fast: setup
 	python -m pytest -m "not slow"

@@ -173,6 +173,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+        if "cluster" in item.fixturenames:  # test_cluster.py's SLURM cluster: `make test-cluster`
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.cluster)
 
 
 # Student's t_{0.975, df} from a table (not from infbench.core.stats), for tests that recompute

@@ -1,17 +1,82 @@
-"""Beyond one machine: the shared output cache, the SLURM profile, and jobs run as separately
-submitted processes through the generic cluster executor."""
+"""Beyond one machine: the pipeline through SLURM's sbatch on a one-node cluster run here
+(tests/slurm.py), a cancelled job, two models fanned out as separate jobs, the shared output
+cache, and the SLURM profile's GPU requests."""
 
 import os
+import re
+import shutil
 import subprocess
+import time
 
 import pytest
+import slurm
+import yaml
 from conftest import REPO, dry_run_jobs, load_default_config, snakemake, tiny_config, write_config
+from test_serve import group_members, server_group, wait_for_line, wait_gone
 
-from infbench.core.artifacts import read_json, validate
+from infbench.core.artifacts import read_json
+from infbench.engines.vllm_server import port_is_free
+from infbench.stages import STAGES
+
+# Rules Snakemake runs on the head node (the Snakefile's localrules): never submitted.
+LOCAL_RULES = {"download_model", "html_report", "utilisation", "all"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = slurm.unavailable()
+    if reason:
+        if os.environ.get("CI"):  # CI's setup installs SLURM: a missing cluster there is a failure
+            pytest.fail(reason)
+        pytest.skip(reason)
+    running = slurm.SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+def user_profile(tmp_path) -> str:
+    """profiles/slurm with its two placeholders filled in, as the docs tell a user to."""
+    text = (REPO / "profiles/slurm/config.yaml").read_text()
+    filled = text.replace("REPLACE_WITH_YOUR_ACCOUNT", slurm.ACCOUNT).replace(
+        "REPLACE_WITH_YOUR_PARTITION", slurm.PARTITION
+    )
+    assert filled.count(slurm.ACCOUNT) == 1 and filled.count(slurm.PARTITION) == 1
+    folder = tmp_path / "profile"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(filled)
+    return str(folder)
+
+
+def slurm_command(workdir, profile: str, *args: str) -> list[str]:
+    """Snakemake through the SLURM executor as docs/clusters-and-caches.md gives it. Without an
+    accounting daemon job states come from squeue; the first status check after 2 s, not the
+    plugin's 40, keeps the test short."""
+    return [
+        str(REPO / ".venv/bin/snakemake") if (REPO / ".venv/bin/snakemake").exists() else shutil.which("snakemake"),
+        "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--profile", profile, "--workflow-profile", "none",
+        "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
+        *args,
+    ]  # fmt: skip
+
+
+def text_of(path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def submitted(output: str) -> dict[int, tuple[str, str]]:
+    """{SLURM job id: (rule, SLURM log)} of every job Snakemake says it submitted."""
+    found = re.finditer(r"submitted with SLURM jobid (\d+) \(log: (\S+/rule_(\w+)/\S+\.log)\)", output)
+    return {int(m.group(1)): (m.group(3), m.group(2)) for m in found}
 
 
 @pytest.mark.slow
 def test_second_working_directory_reuses_the_cached_model(tmp_path):
+    """On one machine. Through the SLURM executor the cache is looked up inside the model's job,
+    which keys it differently and converts again (docs/clusters-and-caches.md)."""
     cache = tmp_path / "shared-cache"
     cache.mkdir()
     env = {**os.environ, "SNAKEMAKE_OUTPUT_CACHE": str(cache)}
@@ -58,31 +123,103 @@ def test_slurm_profile_dry_run_requests_gpus_on_cuda(tmp_path):
     assert "gpu=1" not in blocks["workload"]
 
 
-def test_jobs_run_as_separately_submitted_processes(tmp_path, tiny_model):
-    """Each job is submitted through a command, as on a cluster, and runs in a process of its
-    own: nothing is shared in memory between jobs."""
-    write_config(tmp_path, tiny_config(tiny_model))
-    submissions = tmp_path / "submitted.txt"
-    env = {**os.environ, "LOCAL_SUBMIT_LOG": str(submissions)}
-    command = [
-        str(REPO / ".venv/bin/snakemake"),
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(tmp_path),
-        "--executor",
-        "cluster-generic",
-        "--cluster-generic-submit-cmd",
-        str(REPO / "tests/local_submit.sh"),
-        "--jobs",
-        "2",
-        "--latency-wait",
-        "30",
-        "results/tiny/workload.jsonl",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    validate(read_json(tmp_path / "results/tiny/workload_summary.json"), "workload_summary")
-    job_ids = submissions.read_text().split()
-    assert len(job_ids) == 2 and len(set(job_ids)) == 2  # model, workload
-    assert os.getpid() not in map(int, job_ids)
+def test_every_measuring_rule_asks_slurm_for_a_whole_node():
+    """The profile's --exclusive rules are the rules that record a run time, and the bandwidth probe."""
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    exclusive = {rule for rule, res in profile["set-resources"].items() if res.get("slurm_extra") == "'--exclusive'"}
+    measured = {stage.name for stage in STAGES if stage.measured}
+    assert exclusive == measured | {"hf_baseline_round", "vllm_offline_round", "machine"}
+
+
+def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster, tiny_model, tmp_path):
+    """Two models fanned out as separate jobs on the test cluster. The first serve job seen
+    measuring is cancelled with scancel: its vLLM server stops (no process left, port free), it
+    leaves no artifact, Snakemake names the job's SLURM log, and the other model goes on
+    (--keep-going). The same command again runs only what the cancel left undone, and the
+    report on the head node shows both models. SLURM's own record (jobcomp) shows every
+    non-local job ran through sbatch, with the profile's resources, measuring jobs on a whole
+    node (the measuring jobs' --exclusive replaces the laptop's one-benchmark-at-a-time slot:
+    asked for one CPU here, serve is given the node's every CPU)."""
+    copy = tmp_path / "tiny-copy"
+    shutil.copytree(tiny_model, copy)
+    config = tiny_config(
+        tiny_model,
+        hf_baseline={"enabled": False},
+        vllm_offline={"enabled": False},
+        capacity={"enabled": False},
+        client_fidelity={"enabled": False},
+        prefix_caching={"enabled": False},
+        paging_live={"enabled": False},
+        load={"concurrency": [4], "request_rates": [], "chat_concurrency": [], "ramp": None, "repeats": 1},
+    )
+    config["models"].append({"name": "tiny-copy", "source": "local", "path": str(copy)})
+    workdir = tmp_path / "project"
+    write_config(workdir, config)
+    command = slurm_command(workdir, user_profile(tmp_path), "--keep-going", "--set-threads", "serve=1")
+
+    first_output = tmp_path / "first-run.txt"
+    with open(first_output, "w") as sink:
+        first = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        try:
+            logs = {model: workdir / f"logs/serve/{model}.log" for model in ("tiny", "tiny-copy")}
+            deadline = time.monotonic() + 600
+            while not (
+                measuring := [m for m, log in logs.items() if log.exists() and "study request" in log.read_text()]
+            ):
+                assert first.poll() is None and time.monotonic() < deadline, first_output.read_text()[-3000:]
+                time.sleep(0.5)
+            cancelled = measuring[0]
+            port = wait_for_line(logs[cancelled], r"server ready on http://127\.0\.0\.1:(\d+)").group(1)
+            pgid = server_group(port)
+            assert len(group_members(pgid)) >= 2  # the API server and its engine core
+            job = next(
+                j
+                for j, (rule, log) in submitted(first_output.read_text()).items()
+                if rule == "serve" and f"/{cancelled}/" in log
+            )
+            subprocess.run(["scancel", str(job)], check=True)
+            first.wait(timeout=900)
+        finally:
+            if first.poll() is None:
+                first.kill()
+    output = first_output.read_text()
+    assert first.returncode != 0
+    assert f"SLURM-job '{job}' failed, SLURM status is: 'CANCELLED'" in output, output[-3000:]
+    assert submitted(output)[job][1] in output.split(f"SLURM-job '{job}' failed", 1)[1]  # its SLURM log is named
+    assert not wait_gone(pgid, 30), "the cancelled job's vLLM server survived"
+    assert port_is_free(int(port))
+    assert not (workdir / f"results/{cancelled}/load.json").exists()
+    assert not (workdir / f"results/{cancelled}/server.json").exists()
+    other = next(model for model in logs if model != cancelled)
+    assert (workdir / f"results/{other}/load.json").exists()  # the other model went on
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    rerun = submitted(second.stdout + second.stderr)
+    assert sorted(rule for rule, log in rerun.values()) == ["kv_validation", "serve"]
+    assert all(f"/{cancelled}/" in log for rule, log in rerun.values())
+    report = (workdir / "results/report.html").read_text()
+    assert all(model in report for model in ("tiny", "tiny-copy"))
+
+    jobs = {**submitted(output), **rerun}
+    record = cluster.finished_jobs()
+    assert set(jobs) <= set(record), f"submitted jobs SLURM has no record of: {set(jobs) - set(record)}"
+    rules = {rule for rule, _ in jobs.values()}
+    assert rules == {"model", "workload", "machine", "serve", "kv_validation"}, rules
+    assert not rules & LOCAL_RULES
+    assert record[job]["JobState"] == "CANCELLED"
+    assert all(record[j]["JobState"] == "COMPLETED" for j in jobs if j != job)
+    node_cpus = int(re.search(r"CPUs=(\d+)", slurm.node_line()).group(1))
+    for j, (rule, _) in jobs.items():
+        mem = dict(item.split("=") for item in record[j]["Tres"].split(","))["mem"]
+        if rule == "serve":  # the rule's mem_mb and runtime, on the whole node (ProcCnt: CPUs allocated)
+            assert (mem, record[j]["TimeLimit"], int(record[j]["ProcCnt"])) == ("16000M", "120", node_cpus), record[j]
+        if rule == "workload":  # the profile's defaults, one CPU
+            assert (mem, record[j]["TimeLimit"], record[j]["ProcCnt"]) == ("8000M", "60", "1"), record[j]
+    # No job ran beside a measuring one (SLURM's times are whole seconds: touching ends allowed).
+    spans = {j: (record[j]["StartTime"], record[j]["EndTime"]) for j in jobs}
+    for m, (rule, _) in jobs.items():
+        if rule in {"serve", "machine"}:
+            beside = [j for j in jobs if j != m and spans[j][0] < spans[m][1] and spans[m][0] < spans[j][1]]
+            shared = [(jobs[j][0], spans[j]) for j in beside]
+            assert not beside, f"{rule} job {m} {spans[m]} shared its node with {shared}"
