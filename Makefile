@@ -50,7 +50,7 @@ test: setup
 # The pipeline through SLURM's sbatch on a one-node cluster started on this machine (root:
 # the setup script installs SLURM and munge; tests/slurm.py starts and stops the daemons).
 test-cluster: setup
-	bash scripts/setup-test-system.sh
+	bash scripts/setup-test-system.sh cluster
 	@started=$$(date +%s); echo "== cluster tests (SLURM)"; python -m pytest -m cluster; status=$$?; \
 	echo "== cluster tests took $$(( $$(date +%s) - started )) s"; exit $$status
 

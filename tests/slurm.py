@@ -5,7 +5,8 @@ drops SLURM_CONF from a job's environment), its state, logs and munge socket in 
 folder, every daemon run in the foreground under this process and stopped by its pid, and
 SLURM's own record of each finished job (jobcomp/filetxt) read back.
 
-The node's CPUs and memory are the machine's (`slurmd -C`); no accounting daemon runs, so
+The node is this machine (`slurmd -C`'s name and CPUs, its memory less 1 GiB), reached at
+127.0.0.1 on ports of its own; no accounting daemon runs, so
 Snakemake's SLURM executor asks `squeue` for job states and finished jobs stay listed for
 MinJobAge seconds. proctrack/linuxproc and task/none: no cgroups here (see
 docs/clusters-and-caches.md)."""
@@ -26,28 +27,47 @@ MARK = "# infbench test cluster: written and removed by tests/slurm.py"
 PARTITION = "debug"
 ACCOUNT = "infbench-test"
 DAEMONS = ("munged", "slurmctld", "slurmd")
+# Not SLURM's default ports (6817, 6818), so that a SLURM of the machine's own is never reached.
+PORTS = {"SlurmctldPort": 16817, "SlurmdPort": 16818}
+# The serve rule asks for 16,000 MB; the node must hold it beside the daemons.
+NEEDED_MB = 17000
 
 
 def unavailable() -> str | None:
     """Why this machine cannot run the test cluster, or None."""
+    os.environ["PATH"] += ":/usr/sbin:/sbin"  # the daemons live there; not on every user's PATH
     missing = [name for name in (*DAEMONS, "sbatch", "squeue", "scancel") if not shutil.which(name)]
     if missing:
-        return f"SLURM is not installed ({', '.join(missing)} missing): run scripts/setup-test-system.sh as root"
-    if not Path("/etc/munge/munge.key").exists():
-        return "munge has no key (/etc/munge/munge.key): reinstall munge, or run mungekey as root"
+        return (
+            f"SLURM is not installed ({', '.join(missing)} missing): run scripts/setup-test-system.sh cluster as root"
+        )
     if os.geteuid() != 0:
         return "the test cluster's daemons and /etc/slurm/slurm.conf need root"
+    if not Path("/etc/munge/munge.key").exists():
+        return "munge has no key (/etc/munge/munge.key): reinstall munge, or run mungekey as root"
     if CONFIG.exists() and MARK not in CONFIG.read_text():
         return f"{CONFIG} belongs to a SLURM installation of this machine's own; the tests leave it alone"
+    if node()["RealMemory"] < NEEDED_MB:
+        return f"the node would have {node()['RealMemory']} MB; the serve rule's jobs need {NEEDED_MB}"
+    busy = [f"{key} {port}" for key, port in PORTS.items() if not port_is_free(port)]
+    if busy:
+        return f"the test cluster's ports are taken ({', '.join(busy)}): a test cluster left running?"
     return None
 
 
-def node_line() -> str:
-    """This machine as one node: `slurmd -C`'s CPUs and memory, less 1 GiB for the daemons."""
+def node() -> dict:
+    """This machine as one node: `slurmd -C`'s name and CPUs, its memory less 1 GiB for the daemons."""
     probed = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout
-    cpus = int(re.search(r"CPUs=(\d+)", probed).group(1))
-    memory = int(re.search(r"RealMemory=(\d+)", probed).group(1)) - 1024
-    return f"NodeName={socket.gethostname()} CPUs={cpus} RealMemory={memory} State=UNKNOWN"
+    return {
+        "NodeName": re.search(r"NodeName=(\S+)", probed).group(1),
+        "CPUs": int(re.search(r"CPUs=(\d+)", probed).group(1)),
+        "RealMemory": int(re.search(r"RealMemory=(\d+)", probed).group(1)) - 1024,
+    }
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 class SlurmCluster:
@@ -57,12 +77,13 @@ class SlurmCluster:
         self.processes: dict[str, subprocess.Popen] = {}
 
     def configuration(self) -> str:
-        folder = self.folder
+        folder, this = self.folder, node()
         return "\n".join(
             [
                 MARK,
                 "ClusterName=infbench-test",
-                f"SlurmctldHost={socket.gethostname()}",
+                f"SlurmctldHost={this['NodeName']}(127.0.0.1)",
+                *(f"{key}={port}" for key, port in PORTS.items()),
                 "SlurmUser=root",
                 "SlurmdUser=root",
                 "AuthType=auth/munge",
@@ -84,7 +105,8 @@ class SlurmCluster:
                 "MinJobAge=900",
                 "KillWait=10",
                 "ReturnToService=2",
-                node_line(),
+                f"NodeName={this['NodeName']} NodeAddr=127.0.0.1 CPUs={this['CPUs']} "
+                f"RealMemory={this['RealMemory']} State=UNKNOWN",
                 f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
                 "",
             ]
@@ -95,6 +117,7 @@ class SlurmCluster:
             (self.folder / name).mkdir(parents=True, exist_ok=True)
         CONFIG.parent.mkdir(parents=True, exist_ok=True)
         CONFIG.write_text(self.configuration())
+        os.environ.pop("SLURM_CONF", None)  # every command and job reads CONFIG, never another cluster's
         folder = self.folder
         commands = {
             "munged": [
@@ -107,7 +130,7 @@ class SlurmCluster:
                 f"--log-file={folder}/munged.log",
                 f"--seed-file={folder}/munge.seed",
             ],  # fmt: skip
-            "slurmctld": ["slurmctld", "-D", "-i"],
+            "slurmctld": ["slurmctld", "-D"],
             "slurmd": ["slurmd", "-D"],
         }
         for name, command in commands.items():
@@ -129,12 +152,21 @@ class SlurmCluster:
                 raise RuntimeError(f"the test cluster never got {what} (exited: {dead or 'none'}):\n{logs}")
             time.sleep(0.5)
 
+    def queue(self) -> list[str]:
+        result = subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True)
+        return result.stdout.split("\n")[:-1] if result.returncode == 0 else []
+
     def node_state(self) -> str:
         result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
         return result.stdout.strip() if result.returncode == 0 else ""
 
     def stop(self) -> None:
+        """Cancel every job and wait for the queue to empty (job steps outlive slurmd), then
+        stop the daemons by pid and remove the configuration."""
         subprocess.run(["scancel", "--full", "--user=root"], capture_output=True)
+        deadline = time.monotonic() + 40  # KillWait (10 s) and a margin
+        while time.monotonic() < deadline and self.queue():
+            time.sleep(0.5)
         for name in reversed(DAEMONS):
             process = self.processes.get(name)
             if process is None or process.poll() is not None:
