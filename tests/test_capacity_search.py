@@ -9,12 +9,15 @@ import pytest
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
 from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
-from infbench.capacity.probe import PassRecord, verdict
+from infbench.capacity.probe import PassRecord, Rule, verdict
 from infbench.capacity.search import (
     Probe,
     SearchResult,
     attainment_rises,
     binding_limit,
+    binomial_cdf,
+    early_stopping_n,
+    early_stopping_table,
     interleaved,
     search,
     wilson_interval,
@@ -186,6 +189,66 @@ def test_wilson_interval_and_the_probes_verdict():
     # A client that fell behind its schedule never makes a probe met; a miss stays a miss.
     assert verdict(35, 35, 0.9, client_behind=True) == "undecided"
     assert verdict(2, 16, 0.9, client_behind=True) == "missed"
+
+
+def test_early_stopping_needs_loadgens_published_request_counts():
+    """LoadGen's early stopping (loadgen/early_stopping.cc; loadgen/results.cc, server scenario: a
+    run passes with q >= h + t requests) at c = 0.99: p99 with 0, 1 and 10 requests over the
+    bound needs 459, 662 and 2,010 requests; t = 0 is its closed form ceil(ln(1 - c) / ln p).
+    LoadGen's own log of 10,000 p90 queries (mlcommons/inference, a Jetson-Thor SingleStream
+    sample's mlperf_log_summary.txt) reads "Processed at least 64 queries" (n(1)) and "Would
+    discard 929 highest latency queries" (t - 1, t the most over the bound that 10,000 allow)."""
+    assert [early_stopping_n(t, 0.99, 0.99) for t in (0, 1, 10)] == [459, 662, 2010]
+    assert early_stopping_n(0, 0.99, 0.99) == math.ceil(math.log(0.01) / math.log(0.99))
+    assert early_stopping_n(1, 0.9, 0.99) == 64
+    assert max(t for t in range(1, 1000) if early_stopping_n(t, 0.9, 0.99) <= 10_000) == 930
+    # The least n: one request fewer is not enough.
+    for t in (0, 1, 10):
+        n = early_stopping_n(t, 0.99, 0.99)
+        assert binomial_cdf(t, n, 0.01) < 0.01 <= binomial_cdf(t, n - 1, 0.01)
+    assert binomial_cdf(1, 2, 0.5) == pytest.approx(0.75) and binomial_cdf(2, 2, 0.5) == 1.0
+
+
+def test_the_early_stopping_table_in_the_method_is_the_functions():
+    from conftest import REPO
+
+    table = early_stopping_table()
+    assert table.splitlines()[2] == "| 0 | 459 | 44 |" and "| 10 | 2,010 | 197 |" in table
+    assert table in (REPO / "docs/method.md").read_text()
+
+
+def test_early_stopping_decides_a_probe_by_loadgens_n_and_misses_it_by_the_mirror_test():
+    """Under capacity.decision early_stopping a probe is met where its counted requests reach
+    n(t) for its t misses, missed where P[Binomial(n, p) <= met] < 1 - c, else undecided."""
+    rule = Rule("early_stopping", 0.99)
+    assert verdict(459, 459, 0.99, rule=rule) == "met" and verdict(458, 458, 0.99, rule=rule) == "undecided"
+    assert verdict(661, 662, 0.99, rule=rule) == "met" and verdict(660, 661, 0.99, rule=rule) == "undecided"
+    assert verdict(2000, 2010, 0.99, rule=rule) == "met" and verdict(1999, 2009, 0.99, rule=rule) == "undecided"
+    # At 0.9: 44 all met (Wilson: 35); 35 of 35, met under Wilson, is undecided here.
+    assert verdict(44, 44, 0.9, rule=rule) == "met" and verdict(35, 35, 0.9, rule=rule) == "undecided"
+    assert verdict(35, 35, 0.9) == "met"  # the default is Wilson's
+    # Missed by the mirror test: 30 of 40 met would be seen under 1 % of the time at 0.9.
+    assert binomial_cdf(30, 40, 0.9) < 0.01 <= binomial_cdf(31, 40, 0.9)
+    assert verdict(30, 40, 0.9, rule=rule) == "missed" and verdict(31, 40, 0.9, rule=rule) == "undecided"
+    assert verdict(44, 44, 0.9, saturated=True, rule=rule) == "missed"
+    assert verdict(44, 44, 0.9, client_behind=True, rule=rule) == "undecided"
+    assert verdict(0, 0, 0.9, rule=rule) == "undecided" and verdict(5, 5, 1.0, rule=rule) == "undecided"
+    # Met exactly where LoadGen's odds fall below 1 - c, missed only where met is impossible.
+    for n in range(1, 90):
+        for met in range(n + 1):
+            decision = verdict(met, n, 0.9, rule=rule)
+            assert (decision == "met") == (binomial_cdf(n - met, n, 0.1) < 0.01), (met, n)
+            assert (decision == "missed") == (binomial_cdf(met, n, 0.9) < 0.01), (met, n)
+
+
+def test_the_page_says_which_rule_decided_the_probes_and_why():
+    from infbench.core.capacity_terms import rule_text
+
+    wilson = rule_text({"name": "wilson", "confidence": 0.95}, 0.9)
+    assert "95 % Wilson interval" in wilson and "the default" in wilson and "time budget" in wilson
+    assert rule_text(None, 0.9) == wilson  # a capacity.json from before the choice was Wilson's
+    early = rule_text({"name": "early_stopping", "confidence": 0.99}, 0.99)
+    assert "LoadGen's early-stopping rule" in early and "confidence 0.99" in early and "99%" in early
 
 
 def test_a_bracket_with_an_undecided_end_is_not_converged():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from infbench.capacity.estimate import capacity_estimate, reproducibility
-from infbench.capacity.probe import Prober, TimeBudget
+from infbench.capacity.probe import Prober, Rule, TimeBudget
 from infbench.capacity.search import Probe, binding_limit, interleaved, search
 from infbench.core.metrics import MS
 from infbench.kv.capacity_bounds import kv_full_usage, kv_limit_agreement, predicted_kv_concurrency
@@ -137,7 +137,11 @@ def search_capacity(
         out_of_time=budget.out,
     )
     seconds = time.perf_counter() - started
-    found = {"predicted_kv_concurrency": predicted, "concurrency": search_record("concurrency", concurrency, seconds)}
+    found = {
+        "decision_rule": Rule.of(settings).to_json(),
+        "predicted_kv_concurrency": predicted,
+        "concurrency": search_record("concurrency", concurrency, seconds),
+    }
     if others:
         found["concurrency_searches"] = [search_record("concurrency", other, seconds) for other in others]
         found["reproducibility"] = reproducibility(

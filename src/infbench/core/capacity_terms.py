@@ -1,6 +1,7 @@
 """How a capacity search's results are worded, shared by the capacity package (which states its
 checks in these words) and the report (which shows them): the ways a search ends, what would
-fix each, the share of a window a client may fall behind by, and a load or capacity as text."""
+fix each, the share of a window a client may fall behind by, the rule that decides a probe,
+and a load or capacity as text."""
 
 from __future__ import annotations
 
@@ -77,4 +78,21 @@ def capacity_text(mode: str, search: dict) -> str:
         return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
     return (
         f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
+    )
+
+
+def rule_text(rule: dict | None, target: float) -> str:
+    """How the probes were decided (capacity.json's decision_rule; absent: Wilson, the rule
+    before there was a choice) and why that rule (docs/method.md#capacity-decisions)."""
+    if rule and rule["name"] == "early_stopping":
+        return (
+            f"A load is served when MLPerf LoadGen's early-stopping rule says, at confidence {rule['confidence']:g}, "
+            f"that at least {target:.0%} of requests meet the SLO: its counted requests are at least n(t) for the t "
+            "of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
+            "early_stopping, the rule MLPerf decides a percentile latency bound by)."
+        )
+    return (
+        f"A load is served when the 95 % Wilson interval of its share of requests meeting it lies at or above "
+        f"{target:.0%} (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
+        "which the default run's time budget rests on; early_stopping is MLPerf's rule, which needs more)."
     )

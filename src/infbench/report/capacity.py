@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, capacity_text, load_text
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, capacity_text, load_text, rule_text
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -246,7 +246,7 @@ def attainment_figure(capacity: dict, mode: str):
         draw,
         frame,
         f"Each point a probe: the share of its counted requests that met every SLO, with its 95 % Wilson "
-        f"interval; blue met (interval at or above the target), red missed (below it, or the server saturated: its "
+        f"interval; blue met, red missed (by the decision rule above, or the server saturated: its "
         f"queue grew), grey undecided (among them any rate the client fell behind, which the fit leaves out). "
         f"The line is the non-increasing fit the capacity and its interval are read from; the dashed line is "
         f"the target, {100 * target:g} %.",
@@ -275,6 +275,7 @@ def view(capacity: dict | None) -> dict | None:
     window = capacity["settings"]
     return {
         "target": target,
+        "rule": rule_text(capacity.get("decision_rule"), capacity["attainment_target"]),
         "slo": [(metric.upper(), limit) for metric, limit in capacity["slo_ms"].items()],
         "predicted": {
             "value": predicted["value"],
