@@ -264,8 +264,11 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         expected = verdict(probe["met_slo"], probe["requests"], target, probe["saturated"], behind, rule)
         assert behind == (any(p["client_behind"] for p in passes) and expected != "missed")
         assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
+        # Too few counted requests to be met even all within the SLO: no evidence of met either.
+        few = expected == "undecided" and verdict(probe["requests"], probe["requests"], target, rule=rule) != "met"
+        assert probe["too_few_to_meet"] == few
         assert probe["met"] == (
-            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind)
+            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind and not few)
         )
         # More windows only while undecided (and the client kept up).
         assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])

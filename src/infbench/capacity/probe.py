@@ -195,6 +195,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         else None,
         "saturated": saturated,
         "client_behind": client_behind,
+        # Undecided, and not met even had every counted request met the SLO: no evidence of met.
+        "too_few_to_meet": decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met",
         "stopped_early": len(passes) < repeats,
         "out_of_time": out_of_time and decision == "undecided",
         **{f"peak_{name}": peak(f"peak_{name}") for name in PEAKS},
@@ -215,6 +217,9 @@ def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:
         + (
             " (the client fell behind its schedule: this rate was not offered)"
             if record["client_behind"]
+            else f": {record['requests']} counted requests cannot be met by the rule even all within the SLO, so "
+            "steered as missed"
+            if record["too_few_to_meet"]
             else f", so {'met' if met else 'missed'} by its point estimate"
             if decision == "undecided"
             else ""
@@ -316,10 +321,13 @@ class Prober:
         if replay:
             record["supply_exhausted"] = False  # the trace's end closes each pass
         decision = record["decision"]
-        # Undecided, a probe steers the search by its share, except where the client fell behind:
-        # a load it did not offer is no evidence that the server met it.
+        # Undecided, a probe steers the search by its share, except where the client fell behind
+        # (a load it did not offer) or too few requests were counted to be met: no evidence of met.
         met = decision == "met" or (
-            decision == "undecided" and record["attainment"] >= target and not record["client_behind"]
+            decision == "undecided"
+            and record["attainment"] >= target
+            and not record["client_behind"]
+            and not record["too_few_to_meet"]
         )
         self.progress(probe_line(f"c={int(load)}" if closed else f"{load:.2f} req/s", record, window, met))
         return Probe(load, met, record, decided=decision != "undecided", client_behind=record["client_behind"])

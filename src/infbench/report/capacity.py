@@ -127,6 +127,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                     "decision": (
                         "not offered (the client fell behind its schedule)"
                         if probe.get("client_behind")
+                        else "undecided (too few requests to be met: steered as missed)"
+                        if probe.get("too_few_to_meet")
                         else probe["decision"]
                         if probe["decision"] != "undecided"
                         else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
