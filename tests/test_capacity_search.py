@@ -438,6 +438,30 @@ def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
     assert ceiling["status"] == "not_available" and ceiling["spread"] is None
 
 
+def test_a_fitted_interval_never_contradicts_its_own_decided_probes():
+    """c=8 missed (15 of 20: its Wilson interval lies below 0.9) and c=2 undecided (113 of 120):
+    the bootstrap's refits draw c=8 above the target often enough that the interval read
+    ["below", "above"], above a load that missed. Held to the decided probes it ends below 8;
+    likewise an interval that reached c=4 where c=4 missed ends at 3, and a met load bounds
+    the low end."""
+    from infbench.capacity.measure import fitted_capacity
+
+    def probe(load, met_slo, counted):
+        decision = verdict(met_slo, counted, 0.9)
+        met = decision == "met" or (decision == "undecided" and met_slo / counted >= 0.9)
+        record = {"saturated": False, "met_slo": met_slo, "requests": counted}
+        return Probe(load, met, record, decided=decision != "undecided")
+
+    fitted = fitted_capacity([probe(2, 113, 120), probe(8, 15, 20)], 0.9, "concurrency", seed=0)
+    assert fitted["value"] == 3 and fitted["ci95"] == ["below", 7]
+    fitted = fitted_capacity([probe(4, 32, 40), probe(12, 31, 40)], 0.9, "concurrency", seed=0)
+    assert fitted["value"] == "below" and fitted["ci95"] == ["below", 3]
+    from infbench.capacity.estimate import within_decided
+
+    assert within_decided(-math.inf, 8, 16, True) == 8 and within_decided(math.inf, 8, 16, True) == 15
+    assert within_decided(math.inf, None, 2.5, False) == 2.5 and within_decided(5, 16, 8, True) == 5
+
+
 def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is():
     fitted = {"value": 44, "ci95": [38, "above"], "lowest_probe": 8, "highest_probe": 64}
     assert estimate_text("concurrency", fitted) == "c=44 [95 % CI c=38 to above c=64]"

@@ -30,18 +30,17 @@ def rate_window(settings: dict, concurrency_record: dict) -> Window:
 
 
 def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) -> dict:
-    """The capacity estimate (capacity.estimate) over a search's probes. A saturated probe's
-    requests met the SLO only on their way into a queue without bound: none counts. A probe
-    whose client fell behind was not offered its load: it is left out."""
+    """The capacity estimate (capacity.estimate) over a search's probes, held to those decided.
+    A saturated probe's requests met the SLO only on their way into a queue without bound: none
+    counts. A probe whose client fell behind was not offered its load: it is left out."""
+    offered = [p for p in probes if not p.client_behind]
     return capacity_estimate(
-        [
-            (p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"])
-            for p in probes
-            if not p.client_behind
-        ],
+        [(p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"]) for p in offered],
         target,
         integer=mode == "concurrency",
         seed=seed,
+        met=max((p.load for p in offered if p.decided and p.met), default=None),
+        missed=min((p.load for p in offered if p.decided and not p.met), default=None),
     )
 
 
