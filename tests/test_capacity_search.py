@@ -261,6 +261,30 @@ def test_a_bracket_with_an_undecided_end_is_not_converged():
     assert shaky.to_json()["probes"][-1]["decided"] is False
 
 
+def test_an_undecided_end_reads_as_the_bound_its_decided_end_gives_without_an_interval():
+    """c=2 undecided (met by its point estimate only, as the slowest machine's 22 of 22) and c=3
+    missed: "at most c=2, undecided", not c=2 with an interval; the failing end undecided: at
+    least the decided met load; the page's fitted capacity reads the same bound."""
+    from infbench.report.capacity import search_rows
+
+    settings = {"start": 2, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    shaky_met = search(lambda c: Probe(c, c <= 2, decided=c != 2), **settings).to_json()
+    assert (shaky_met["capacity"], shaky_met["first_failing"], shaky_met["outcome"]) == (2, 3, "undecided")
+    assert capacity_text("concurrency", shaky_met) == "at most c=2, undecided (c=2 was not decided met)"
+    shaky_missed = search(lambda c: Probe(c, c <= 8, decided=c != 9), **settings).to_json()
+    assert capacity_text("concurrency", shaky_missed) == "at least c=8, undecided above (c=9 was not decided)"
+    both = search(lambda c: Probe(c, c <= 8, decided=c not in (8, 9)), **settings).to_json()
+    assert capacity_text("concurrency", both) == "undecided between c=8 and c=9 (neither was decided)"
+    decided = search(lambda c: Probe(c, c <= 8), **settings).to_json()
+    assert capacity_text("concurrency", decided) == "c=8"
+    for probe in shaky_met["probes"]:
+        probe.update(attainment=1.0, attainment_ci95=[0.9, 1.0])
+    shaky_met.update(at_capacity=None, search_s=10, max_search_s=300, binding={"limit": "compute"},
+                     estimate={"value": 2, "ci95": [2, 3], "lowest_probe": 2, "highest_probe": 4})  # fmt: skip
+    (row,) = search_rows({"concurrency": shaky_met})
+    assert row["SLO capacity"] == row["fitted capacity"] == "at most c=2, undecided (c=2 was not decided met)"
+
+
 def test_the_fitted_curve_is_non_increasing_and_keeps_what_already_is():
     assert non_increasing_fit([1.0, 0.9, 0.5], [10, 10, 10]) == [1.0, 0.9, 0.5]
     # 0.7 then 0.9 is upside down: pooled to their weighted mean, (0.7 x 10 + 0.9 x 30) / 40.

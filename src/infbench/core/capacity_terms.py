@@ -53,11 +53,33 @@ def load_text(mode: str, load) -> str:
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
+def undecided_bound(mode: str, search: dict) -> str | None:
+    """A bracket with an undecided end as the bound its decided end gives, without an interval
+    (docs/method.md#capacity-convergence); None where both ends were decided."""
+    last = {probe["load"]: probe for probe in search["probes"]}  # the last probe of a load decides it
+    passing, failing = search["capacity"], search["first_failing"]
+    shaky = [end is not None and not last[end].get("decided", True) for end in (passing, failing)]
+    if not any(shaky):
+        return None
+    if shaky == [True, False] and failing is not None:
+        bound = load_text(mode, failing - 1) if mode == "concurrency" else f"below {load_text(mode, failing)}"
+        text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
+    elif shaky == [False, True] and passing is not None:
+        text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
+    elif all(shaky):
+        text = f"undecided between {load_text(mode, passing)} and {load_text(mode, failing)} (neither was decided)"
+    else:
+        text = f"undecided ({load_text(mode, passing if failing is None else failing)} was not decided, the only end)"
+    return text + (" (capacity.max_search_s ran out)" if search["outcome"] == "out_of_time" else "")
+
+
 def capacity_text(mode: str, search: dict) -> str:
     """The capacity, a lower bound where the search's ceiling itself met the SLO (nothing above
     it was tested): capacity.max_concurrency, or for rate the most requests per second a
-    closed-loop probe completed, the highest rate probed."""
+    closed-loop probe completed, the highest rate probed; a bound where an end is undecided."""
     text = load_text(mode, search["capacity"])
+    if search["outcome"] != "client_limited" and undecided_bound(mode, search):
+        return undecided_bound(mode, search)
     if search["outcome"] == "client_limited":
         untested = load_text(mode, search["first_failing"])
         if search["capacity"] is None:

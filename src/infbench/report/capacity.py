@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, capacity_text, load_text, rule_text
+from infbench.core.capacity_terms import (
+    LAG_GROWTH_BEHIND,
+    OUTCOME_FIXES,
+    capacity_text,
+    load_text,
+    rule_text,
+    undecided_bound,
+)
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -67,7 +74,8 @@ def search_rows(capacity: dict) -> list[dict]:
             {
                 "search": name,
                 "SLO capacity": capacity_text(mode, search),
-                "fitted capacity": estimate_text(mode, search.get("estimate")),
+                # An undecided end: the bound, not an interval the probes cannot back.
+                "fitted capacity": undecided_bound(mode, search) or estimate_text(mode, search.get("estimate")),
                 "last passing probe": probe_text(mode, probes.get(search["capacity"])),
                 "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
                 "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
