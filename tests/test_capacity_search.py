@@ -9,7 +9,7 @@ import pytest
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
 from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
-from infbench.capacity.probe import PassRecord, Rule, verdict
+from infbench.capacity.probe import WILSON, PassRecord, Rule, verdict
 from infbench.capacity.search import (
     Probe,
     SearchResult,
@@ -598,3 +598,60 @@ def test_a_passs_peaks_are_its_windows_not_its_opening_bursts():
     assert record["peak_num_requests_waiting"] == 3 and record["peak_num_requests_running"] == 8
     run.metrics = MetricsSeries([], available=False)
     assert PassRecord.of(MeasuredPass.of(run, False), {"ttft": 1000}).to_json()["peak_num_requests_waiting"] is None
+
+
+def too_few_probe(load, met_slo, counted, target=0.9, rule=WILSON):
+    """A probe as capacity/probe.py records it: too few counted requests to be met steers as missed."""
+    decision = verdict(met_slo, counted, target, rule=rule)
+    few = decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met"
+    record = {"saturated": False, "met_slo": met_slo, "requests": counted, "too_few_to_meet": few}
+    return Probe(load, decision == "met", record, decided=decision != "undecided")
+
+
+def test_probes_too_few_to_be_met_are_left_out_of_the_fit():
+    """Wilson at 0.9: c=4 and c=6 met 40 of 40, c=7 and c=8 only 30 of 30 (too few to be met).
+    They say nothing of attainment: the fit is the met probes', so the estimate is not above
+    every probe, and a candidate at [6, 7] does not read below a baseline at least c=8."""
+    from infbench.capacity.measure import fitted_capacity
+
+    probes = [too_few_probe(4, 40, 40), too_few_probe(6, 40, 40), too_few_probe(7, 30, 30), too_few_probe(8, 30, 30)]
+    assert [p.record["too_few_to_meet"] for p in probes] == [False, False, True, True]
+    fitted = fitted_capacity(probes, 0.9, "concurrency", seed=0)
+    assert {point["load"] for point in fitted["curve"]} == {4, 6}
+    from infbench.runs.comparison import HIGHER, LOWER, capacity_bounds, capacity_verdict
+
+    assert capacity_bounds(fitted) == (6, math.inf)  # at least c=6, not at least c=8
+
+    assert capacity_verdict(capacity_bounds(fitted), (6, 7)) not in (LOWER, HIGHER)
+
+
+def test_a_search_whose_probes_were_all_too_few_claims_no_capacity_and_compares_as_none():
+    """Early stopping at 0.99: c=4, 2 and 1 each 400 of 400 met, too few (459 needed). The search
+    claims no capacity and is not converged (no load missed), the fit has nothing to read, and
+    against a baseline of [2, 3] the run is not "higher"."""
+    from infbench.capacity.measure import fitted_capacity
+    from infbench.runs.comparison import HIGHER, capacity_verdict, search_bounds
+
+    rule = Rule("early_stopping", 0.99)
+    result = search(lambda c: too_few_probe(c, 400, 400, 0.99, rule), start=4, floor=1, ceiling=64, integer=True)
+    assert result.capacity is None and not result.converged
+    candidate = {**result.to_json(), "estimate": fitted_capacity(result.probes, 0.99, "concurrency", seed=0)}
+    baseline = {"capacity": 2, "first_failing": 4, "outcome": "bracketed",
+                "estimate": {"value": 2, "ci95": [2, 3], "lowest_probe": 1, "highest_probe": 4}}  # fmt: skip
+    verdict_ = capacity_verdict(search_bounds("concurrency", baseline), search_bounds("concurrency", candidate))
+    assert verdict_ != HIGHER
+
+
+def test_an_undecided_end_compares_as_the_bound_it_gives():
+    """At least c=8 (c=9 undecided) is [8, inf); at most c=2 (c=2 undecided, c=3 missed) is
+    (-inf, 2]; both undecided: no bound; the fitted interval is not compared."""
+    from infbench.runs.comparison import search_bounds
+
+    settings = {"start": 2, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    narrow = {"value": 5, "ci95": [5, 5], "lowest_probe": 1, "highest_probe": 16}
+    shaky_missed = search(lambda c: Probe(c, c <= 8, decided=c != 9), **settings).to_json()
+    assert search_bounds("concurrency", {**shaky_missed, "estimate": narrow}) == (8, math.inf)
+    shaky_met = search(lambda c: Probe(c, c <= 2, decided=c != 2), **settings).to_json()
+    assert search_bounds("concurrency", {**shaky_met, "estimate": narrow}) == (-math.inf, 2)
+    both = search(lambda c: Probe(c, c <= 8, decided=c not in (8, 9)), **settings).to_json()
+    assert search_bounds("concurrency", {**both, "estimate": narrow}) == (-math.inf, math.inf)

@@ -53,12 +53,18 @@ def load_text(mode: str, load) -> str:
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
+def undecided_ends(search: dict) -> list[bool]:
+    """[passing, failing]: whether each end of the bracket is a load its last probe left undecided."""
+    last = {probe["load"]: probe for probe in search.get("probes", [])}  # the last probe of a load decides it
+    ends = (search["capacity"], search["first_failing"])
+    return [end is not None and not last.get(end, {}).get("decided", True) for end in ends]
+
+
 def undecided_bound(mode: str, search: dict) -> str | None:
     """A bracket with an undecided end as the bound its decided end gives, without an interval
     (docs/method.md#capacity-convergence); None where both ends were decided."""
-    last = {probe["load"]: probe for probe in search["probes"]}  # the last probe of a load decides it
     passing, failing = search["capacity"], search["first_failing"]
-    shaky = [end is not None and not last[end].get("decided", True) for end in (passing, failing)]
+    shaky = undecided_ends(search)
     if not any(shaky):
         return None
     if shaky == [True, False] and failing is not None:
