@@ -655,3 +655,17 @@ def test_an_undecided_end_compares_as_the_bound_it_gives():
     assert search_bounds("concurrency", {**shaky_met, "estimate": narrow}) == (-math.inf, 2)
     both = search(lambda c: Probe(c, c <= 8, decided=c not in (8, 9)), **settings).to_json()
     assert search_bounds("concurrency", {**both, "estimate": narrow}) == (-math.inf, math.inf)
+
+
+def test_an_undecided_load_at_the_floor_is_undecided_not_none_met():
+    """c=1, the floor, 30 of 30 met (too few to be met under Wilson at 0.9): nothing missed, so
+    the search is undecided, not "even the lowest load missed", and its fix names
+    capacity.window_requests; likewise an undecided met ceiling is not "ceiling_met"."""
+    from infbench.capacity.checks import converged
+
+    floor = search(lambda c: too_few_probe(c, 30, 30), start=1, floor=1, ceiling=64, integer=True)
+    assert (floor.capacity, floor.first_failing, floor.outcome) == (None, 1, "undecided")
+    detail = converged("concurrency", floor.to_json())["detail"]
+    assert "even the lowest load missed" not in detail and "capacity.window_requests" in detail
+    ceiling = search(lambda c: Probe(c, True, decided=c != 64), start=32, floor=1, ceiling=64, integer=True)
+    assert (ceiling.capacity, ceiling.outcome) == (64, "undecided")

@@ -198,9 +198,10 @@ def search_steps(
         outcome = "ceiling_met" if passing >= ceiling else "unfinished"
     else:
         outcome = "bracketed" if narrow_enough(passing, failing, integer, tolerance) else "unfinished"
-    # The last probe of each end decides it: an undecided one leaves the bracket unproven.
+    # The last probe of each end decides it: an undecided one leaves the bracket (or the floor's
+    # miss, the ceiling's met) unproven.
     ends = [p for p in probes if p.load in (passing, failing)]
-    if outcome == "bracketed" and not all(p.decided for p in ends):
+    if outcome in ("bracketed", "none_met", "ceiling_met") and not all(p.decided for p in ends):
         outcome = "undecided"
     # A failing end the client could not send (at the floor too) was never offered to the server.
     if failing is not None and any(p.client_behind for p in probes if p.load == failing):

@@ -33,7 +33,8 @@ OUTCOME_FIXES = {
     "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
     "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
-    "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
+    "undecided": "raise capacity.repeats, capacity.window_s or capacity.window_requests (more counted requests "
+    "narrow the interval; a probe too few to be met needs them)",
     "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
     "client process, which on a machine whose cores the engine uses shares them",
     "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
