@@ -669,3 +669,14 @@ def test_an_undecided_load_at_the_floor_is_undecided_not_none_met():
     assert "even the lowest load missed" not in detail and "capacity.window_requests" in detail
     ceiling = search(lambda c: Probe(c, True, decided=c != 64), start=32, floor=1, ceiling=64, integer=True)
     assert (ceiling.capacity, ceiling.outcome) == (64, "undecided")
+
+
+def test_a_decided_met_above_a_decided_missed_is_a_rise_under_early_stopping():
+    """Early stopping at confidence 0.95 and 0.9: 46 of 56 at c=4 missed, 29 of 29 at c=8 met.
+    Their Wilson intervals overlap, but the decisions contradict each other: named a rise."""
+    rule = Rule("early_stopping", 0.95)
+    assert verdict(46, 56, 0.9, rule=rule) == "missed" and verdict(29, 29, 0.9, rule=rule) == "met"
+    low = Probe(4, False, {"attainment_ci95": list(wilson_interval(46, 56))})
+    high = Probe(8, True, {"attainment_ci95": list(wilson_interval(29, 29))})
+    assert attainment_rises([low, high]) == [[4, 8]]
+    assert attainment_rises([low, Probe(8, True, high.record, client_behind=True)]) == []
