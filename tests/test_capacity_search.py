@@ -248,7 +248,14 @@ def test_the_page_says_which_rule_decided_the_probes_and_why():
     assert "95 % Wilson interval" in wilson and "the default" in wilson and "time budget" in wilson
     assert rule_text(None, 0.9) == wilson  # a capacity.json from before the choice was Wilson's
     early = rule_text({"name": "early_stopping", "confidence": 0.99}, 0.99)
-    assert "LoadGen's early-stopping rule" in early and "confidence 0.99" in early and "99%" in early
+    assert "LoadGen's early-stopping rule" in early and "confidence 0.99" in early and "99 %" in early
+    assert "at least 99.9 % of requests" in rule_text({"name": "early_stopping", "confidence": 0.99}, 0.999)
+
+
+def test_an_undecided_met_rate_reads_at_most_the_missed_rate():
+    shaky = {"capacity": 1.0, "first_failing": 2.0, "outcome": "undecided",
+             "probes": [{"load": 1.0, "decided": False}, {"load": 2.0, "decided": True}]}  # fmt: skip
+    assert capacity_text("request_rate", shaky) == "at most 2.00 req/s, undecided (1.00 req/s was not decided met)"
 
 
 def test_a_bracket_with_an_undecided_end_is_not_converged():

@@ -69,7 +69,7 @@ def undecided_bound(mode: str, search: dict) -> str | None:
     if not any(shaky):
         return None
     if shaky == [True, False] and failing is not None:
-        bound = load_text(mode, failing - 1) if mode == "concurrency" else f"below {load_text(mode, failing)}"
+        bound = load_text(mode, failing - 1 if mode == "concurrency" else failing)  # a rate: at most the missed
         text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
     elif shaky == [False, True] and passing is not None:
         text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
@@ -112,16 +112,17 @@ def capacity_text(mode: str, search: dict) -> str:
 
 def rule_text(rule: dict | None, target: float) -> str:
     """How the probes were decided (capacity.json's decision_rule; absent: Wilson, the rule
-    before there was a choice) and why that rule (docs/method.md#capacity-decisions)."""
+    before there was a choice) and why that rule (docs/method.md#capacity-decisions,
+    #early-stopping)."""
     if rule and rule["name"] == "early_stopping":
         return (
             f"A load is served when MLPerf LoadGen's early-stopping rule says, at confidence {rule['confidence']:g}, "
-            f"that at least {target:.0%} of requests meet the SLO: its counted requests are at least n(t) for the t "
-            "of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
+            f"that at least {100 * target:g} % of requests meet the SLO: its counted requests are at least n(t) for "
+            "the t of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
             "early_stopping, the rule MLPerf decides a percentile latency bound by)."
         )
     return (
         f"A load is served when the 95 % Wilson interval of its share of requests meeting it lies at or above "
-        f"{target:.0%} (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
+        f"{100 * target:g} % (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
         "which the default run's time budget rests on; early_stopping is MLPerf's rule, which needs more)."
     )
