@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -687,3 +688,24 @@ def test_a_decided_met_above_a_decided_missed_is_a_rise_under_early_stopping():
     high = Probe(8, True, {"attainment_ci95": list(wilson_interval(29, 29))})
     assert attainment_rises([low, high]) == [[4, 8]]
     assert attainment_rises([low, Probe(8, True, high.record, client_behind=True)]) == []
+
+
+def test_the_method_gives_each_rules_curtailment_and_too_few_counts():
+    """A window of 40 closes once missed whatever follows: 8 misses under Wilson at 0.9; under
+    early stopping at confidence 0.99, 10 at 0.9 and 3 at 0.99. Too few to be met: 35, 44, 459."""
+    from conftest import REPO
+
+    from infbench.capacity.probe import missed_whatever_follows
+
+    def misses_to_close(target, rule):
+        settled = missed_whatever_follows(0, 0, 40, target, {"ttft": 1.0}, rule=rule)
+        failed = SimpleNamespace(success=False, ttft=1.0, tpot=None, e2el=1.0)  # a request that missed
+        return next(m for m in range(41) if settled([failed] * m))
+
+    early = Rule("early_stopping", 0.99)
+    assert [misses_to_close(0.9, WILSON), misses_to_close(0.9, early), misses_to_close(0.99, early)] == [8, 10, 3]
+    assert [min(n for n in range(1, 999) if verdict(n, n, t, rule=r) == "met") for t, r in
+            ((0.9, WILSON), (0.9, early), (0.99, early))] == [35, 44, 459]  # fmt: skip
+    method = " ".join((REPO / "docs/method.md").read_text().split())
+    assert "after eight misses" in method and "ends after ten misses at a target of 0.9, three at 0.99" in method
+    assert "fewer than 44 at 0.9 and 459 at 0.99" in method and "mirror) test is infbench's own" in method
