@@ -26,8 +26,7 @@ def attainment_falls(mode: str, search: dict) -> dict:
     if rises:
         status, detail = (
             "fail",
-            "attainment rose beyond both 95 % intervals, or from a load decided missed to a higher one decided met, "
-            "from "
+            "attainment rose beyond both 95 % intervals from "
             + ", ".join(f"{load_text(mode, a)} to {load_text(mode, b)}" for a, b in rises)
             + ": the probes measured something besides the load (the machine's speed drifting?)",
         )

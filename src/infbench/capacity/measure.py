@@ -32,9 +32,8 @@ def rate_window(settings: dict, concurrency_record: dict) -> Window:
 def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) -> dict:
     """The capacity estimate (capacity.estimate) over a search's probes, held to those decided.
     A saturated probe's requests met the SLO only on their way into a queue without bound: none
-    counts. A probe whose client fell behind was not offered its load, and one with too few
-    requests to be met measured no attainment: both are left out (docs/method.md#capacity-estimate)."""
-    offered = [p for p in probes if not p.client_behind and not p.record.get("too_few_to_meet")]
+    counts. A probe whose client fell behind was not offered its load: it is left out."""
+    offered = [p for p in probes if not p.client_behind]
     return capacity_estimate(
         [(p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"]) for p in offered],
         target,

@@ -99,28 +99,20 @@ class SearchResult:
 
 
 def attainment_rises(probes: list[Probe]) -> list[list[float]]:
-    """Pairs [a, b] of probed loads, a < b, where attainment rose beyond both 95 % intervals
-    (the higher load's whole interval lies above the lower load's), or a was decided missed and
-    b decided met (docs/method.md#capacity-convergence). More load never helps a server meet its
-    SLO, so any such pair says the probes measured something else (a machine that slowed down
-    between them, a warm-up that did not warm)."""
+    """Pairs [a, b] of probed loads, a < b, where attainment rose beyond both 95 % intervals:
+    the higher load's whole interval lies above the lower load's. More load never helps a
+    server meet its SLO, so any such pair says the probes measured something else (a machine
+    that slowed down between them, a warm-up that did not warm)."""
     # A probe whose client fell behind was offered less than its load: it is left out.
-    offered = sorted((p for p in probes if not p.client_behind), key=lambda p: p.load)
-    rises = {
-        (low.load, high.load)
-        for i, low in enumerate(offered)
-        for high in offered[i + 1 :]
-        if high.load > low.load
-        and (
-            (low.decided and not low.met and high.decided and high.met)
-            or (
-                "attainment_ci95" in low.record
-                and "attainment_ci95" in high.record
-                and high.record["attainment_ci95"][0] > low.record["attainment_ci95"][1]
-            )
-        )
-    }
-    return [list(pair) for pair in sorted(rises)]
+    measured = sorted(
+        (p.load, p.record["attainment_ci95"]) for p in probes if "attainment_ci95" in p.record and not p.client_behind
+    )
+    return [
+        [low_load, high_load]
+        for i, (low_load, low_ci) in enumerate(measured)
+        for high_load, high_ci in measured[i + 1 :]
+        if high_load > low_load and high_ci[0] > low_ci[1]
+    ]
 
 
 def narrow_enough(low: float, high: float, integer: bool, tolerance: float) -> bool:
@@ -206,10 +198,9 @@ def search_steps(
         outcome = "ceiling_met" if passing >= ceiling else "unfinished"
     else:
         outcome = "bracketed" if narrow_enough(passing, failing, integer, tolerance) else "unfinished"
-    # The last probe of each end decides it: an undecided one leaves the bracket (or the floor's
-    # miss, the ceiling's met) unproven.
+    # The last probe of each end decides it: an undecided one leaves the bracket unproven.
     ends = [p for p in probes if p.load in (passing, failing)]
-    if outcome in ("bracketed", "none_met", "ceiling_met") and not all(p.decided for p in ends):
+    if outcome == "bracketed" and not all(p.decided for p in ends):
         outcome = "undecided"
     # A failing end the client could not send (at the floor too) was never offered to the server.
     if failing is not None and any(p.client_behind for p in probes if p.load == failing):

@@ -33,8 +33,7 @@ OUTCOME_FIXES = {
     "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
     "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
-    "undecided": "raise capacity.repeats, capacity.window_s or capacity.window_requests (more counted requests "
-    "narrow the interval; a probe too few to be met needs them)",
+    "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
     "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
     "client process, which on a machine whose cores the engine uses shares them",
     "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
@@ -54,22 +53,16 @@ def load_text(mode: str, load) -> str:
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
-def undecided_ends(search: dict) -> list[bool]:
-    """[passing, failing]: whether each end of the bracket is a load its last probe left undecided."""
-    last = {probe["load"]: probe for probe in search.get("probes", [])}  # the last probe of a load decides it
-    ends = (search["capacity"], search["first_failing"])
-    return [end is not None and not last.get(end, {}).get("decided", True) for end in ends]
-
-
 def undecided_bound(mode: str, search: dict) -> str | None:
     """A bracket with an undecided end as the bound its decided end gives, without an interval
     (docs/method.md#capacity-convergence); None where both ends were decided."""
+    last = {probe["load"]: probe for probe in search["probes"]}  # the last probe of a load decides it
     passing, failing = search["capacity"], search["first_failing"]
-    shaky = undecided_ends(search)
+    shaky = [end is not None and not last[end].get("decided", True) for end in (passing, failing)]
     if not any(shaky):
         return None
     if shaky == [True, False] and failing is not None:
-        bound = load_text(mode, failing - 1 if mode == "concurrency" else failing)  # a rate: at most the missed
+        bound = load_text(mode, failing - 1) if mode == "concurrency" else f"below {load_text(mode, failing)}"
         text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
     elif shaky == [False, True] and passing is not None:
         text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
@@ -112,17 +105,16 @@ def capacity_text(mode: str, search: dict) -> str:
 
 def rule_text(rule: dict | None, target: float) -> str:
     """How the probes were decided (capacity.json's decision_rule; absent: Wilson, the rule
-    before there was a choice) and why that rule (docs/method.md#capacity-decisions,
-    #early-stopping)."""
+    before there was a choice) and why that rule (docs/method.md#capacity-decisions)."""
     if rule and rule["name"] == "early_stopping":
         return (
             f"A load is served when MLPerf LoadGen's early-stopping rule says, at confidence {rule['confidence']:g}, "
-            f"that at least {100 * target:g} % of requests meet the SLO: its counted requests are at least n(t) for "
-            "the t of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
+            f"that at least {target:.0%} of requests meet the SLO: its counted requests are at least n(t) for the t "
+            "of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
             "early_stopping, the rule MLPerf decides a percentile latency bound by)."
         )
     return (
         f"A load is served when the 95 % Wilson interval of its share of requests meeting it lies at or above "
-        f"{100 * target:g} % (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
+        f"{target:.0%} (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
         "which the default run's time budget rests on; early_stopping is MLPerf's rule, which needs more)."
     )
