@@ -9,15 +9,12 @@ import pytest
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
 from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
-from infbench.capacity.probe import PassRecord, Rule, verdict
+from infbench.capacity.probe import PassRecord, verdict
 from infbench.capacity.search import (
     Probe,
     SearchResult,
     attainment_rises,
     binding_limit,
-    binomial_cdf,
-    early_stopping_n,
-    early_stopping_table,
     interleaved,
     search,
     wilson_interval,
@@ -191,66 +188,6 @@ def test_wilson_interval_and_the_probes_verdict():
     assert verdict(2, 16, 0.9, client_behind=True) == "missed"
 
 
-def test_early_stopping_needs_loadgens_published_request_counts():
-    """LoadGen's early stopping (loadgen/early_stopping.cc; loadgen/results.cc, server scenario: a
-    run passes with q >= h + t requests) at c = 0.99: p99 with 0, 1 and 10 requests over the
-    bound needs 459, 662 and 2,010 requests; t = 0 is its closed form ceil(ln(1 - c) / ln p).
-    LoadGen's own log of 10,000 p90 queries (mlcommons/inference, a Jetson-Thor SingleStream
-    sample's mlperf_log_summary.txt) reads "Processed at least 64 queries" (n(1)) and "Would
-    discard 929 highest latency queries" (t - 1, t the most over the bound that 10,000 allow)."""
-    assert [early_stopping_n(t, 0.99, 0.99) for t in (0, 1, 10)] == [459, 662, 2010]
-    assert early_stopping_n(0, 0.99, 0.99) == math.ceil(math.log(0.01) / math.log(0.99))
-    assert early_stopping_n(1, 0.9, 0.99) == 64
-    assert max(t for t in range(1, 1000) if early_stopping_n(t, 0.9, 0.99) <= 10_000) == 930
-    # The least n: one request fewer is not enough.
-    for t in (0, 1, 10):
-        n = early_stopping_n(t, 0.99, 0.99)
-        assert binomial_cdf(t, n, 0.01) < 0.01 <= binomial_cdf(t, n - 1, 0.01)
-    assert binomial_cdf(1, 2, 0.5) == pytest.approx(0.75) and binomial_cdf(2, 2, 0.5) == 1.0
-
-
-def test_the_early_stopping_table_in_the_method_is_the_functions():
-    from conftest import REPO
-
-    table = early_stopping_table()
-    assert table.splitlines()[2] == "| 0 | 459 | 44 |" and "| 10 | 2,010 | 197 |" in table
-    assert table in (REPO / "docs/method.md").read_text()
-
-
-def test_early_stopping_decides_a_probe_by_loadgens_n_and_misses_it_by_the_mirror_test():
-    """Under capacity.decision early_stopping a probe is met where its counted requests reach
-    n(t) for its t misses, missed where P[Binomial(n, p) <= met] < 1 - c, else undecided."""
-    rule = Rule("early_stopping", 0.99)
-    assert verdict(459, 459, 0.99, rule=rule) == "met" and verdict(458, 458, 0.99, rule=rule) == "undecided"
-    assert verdict(661, 662, 0.99, rule=rule) == "met" and verdict(660, 661, 0.99, rule=rule) == "undecided"
-    assert verdict(2000, 2010, 0.99, rule=rule) == "met" and verdict(1999, 2009, 0.99, rule=rule) == "undecided"
-    # At 0.9: 44 all met (Wilson: 35); 35 of 35, met under Wilson, is undecided here.
-    assert verdict(44, 44, 0.9, rule=rule) == "met" and verdict(35, 35, 0.9, rule=rule) == "undecided"
-    assert verdict(35, 35, 0.9) == "met"  # the default is Wilson's
-    # Missed by the mirror test: 30 of 40 met would be seen under 1 % of the time at 0.9.
-    assert binomial_cdf(30, 40, 0.9) < 0.01 <= binomial_cdf(31, 40, 0.9)
-    assert verdict(30, 40, 0.9, rule=rule) == "missed" and verdict(31, 40, 0.9, rule=rule) == "undecided"
-    assert verdict(44, 44, 0.9, saturated=True, rule=rule) == "missed"
-    assert verdict(44, 44, 0.9, client_behind=True, rule=rule) == "undecided"
-    assert verdict(0, 0, 0.9, rule=rule) == "undecided" and verdict(5, 5, 1.0, rule=rule) == "undecided"
-    # Met exactly where LoadGen's odds fall below 1 - c, missed only where met is impossible.
-    for n in range(1, 90):
-        for met in range(n + 1):
-            decision = verdict(met, n, 0.9, rule=rule)
-            assert (decision == "met") == (binomial_cdf(n - met, n, 0.1) < 0.01), (met, n)
-            assert (decision == "missed") == (binomial_cdf(met, n, 0.9) < 0.01), (met, n)
-
-
-def test_the_page_says_which_rule_decided_the_probes_and_why():
-    from infbench.core.capacity_terms import rule_text
-
-    wilson = rule_text({"name": "wilson", "confidence": 0.95}, 0.9)
-    assert "95 % Wilson interval" in wilson and "the default" in wilson and "time budget" in wilson
-    assert rule_text(None, 0.9) == wilson  # a capacity.json from before the choice was Wilson's
-    early = rule_text({"name": "early_stopping", "confidence": 0.99}, 0.99)
-    assert "LoadGen's early-stopping rule" in early and "confidence 0.99" in early and "99%" in early
-
-
 def test_a_bracket_with_an_undecided_end_is_not_converged():
     """Both ends decided: bracketed. The failing end undecided: the search ends the same way but
     is not converged, and says what to raise."""
@@ -259,30 +196,6 @@ def test_a_bracket_with_an_undecided_end_is_not_converged():
     shaky = search(lambda c: Probe(c, c <= 8, decided=c != 9), start=4, floor=1, ceiling=64, integer=True, max_probes=8)
     assert (shaky.capacity, shaky.first_failing, shaky.outcome, shaky.converged) == (8, 9, "undecided", False)
     assert shaky.to_json()["probes"][-1]["decided"] is False
-
-
-def test_an_undecided_end_reads_as_the_bound_its_decided_end_gives_without_an_interval():
-    """c=2 undecided (met by its point estimate only, as the slowest machine's 22 of 22) and c=3
-    missed: "at most c=2, undecided", not c=2 with an interval; the failing end undecided: at
-    least the decided met load; the page's fitted capacity reads the same bound."""
-    from infbench.report.capacity import search_rows
-
-    settings = {"start": 2, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
-    shaky_met = search(lambda c: Probe(c, c <= 2, decided=c != 2), **settings).to_json()
-    assert (shaky_met["capacity"], shaky_met["first_failing"], shaky_met["outcome"]) == (2, 3, "undecided")
-    assert capacity_text("concurrency", shaky_met) == "at most c=2, undecided (c=2 was not decided met)"
-    shaky_missed = search(lambda c: Probe(c, c <= 8, decided=c != 9), **settings).to_json()
-    assert capacity_text("concurrency", shaky_missed) == "at least c=8, undecided above (c=9 was not decided)"
-    both = search(lambda c: Probe(c, c <= 8, decided=c not in (8, 9)), **settings).to_json()
-    assert capacity_text("concurrency", both) == "undecided between c=8 and c=9 (neither was decided)"
-    decided = search(lambda c: Probe(c, c <= 8), **settings).to_json()
-    assert capacity_text("concurrency", decided) == "c=8"
-    for probe in shaky_met["probes"]:
-        probe.update(attainment=1.0, attainment_ci95=[0.9, 1.0])
-    shaky_met.update(at_capacity=None, search_s=10, max_search_s=300, binding={"limit": "compute"},
-                     estimate={"value": 2, "ci95": [2, 3], "lowest_probe": 2, "highest_probe": 4})  # fmt: skip
-    (row,) = search_rows({"concurrency": shaky_met})
-    assert row["SLO capacity"] == row["fitted capacity"] == "at most c=2, undecided (c=2 was not decided met)"
 
 
 def test_the_fitted_curve_is_non_increasing_and_keeps_what_already_is():
@@ -460,30 +373,6 @@ def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
     assert (open_ended["status"], open_ended["spread"]) == ("pass", 11)
     ceiling = reproducibility([estimate("above", 60, "above"), estimate(58, 50, 64)])
     assert ceiling["status"] == "not_available" and ceiling["spread"] is None
-
-
-def test_a_fitted_interval_never_contradicts_its_own_decided_probes():
-    """c=8 missed (15 of 20: its Wilson interval lies below 0.9) and c=2 undecided (113 of 120):
-    the bootstrap's refits draw c=8 above the target often enough that the interval read
-    ["below", "above"], above a load that missed. Held to the decided probes it ends below 8;
-    likewise an interval that reached c=4 where c=4 missed ends at 3, and a met load bounds
-    the low end."""
-    from infbench.capacity.measure import fitted_capacity
-
-    def probe(load, met_slo, counted):
-        decision = verdict(met_slo, counted, 0.9)
-        met = decision == "met" or (decision == "undecided" and met_slo / counted >= 0.9)
-        record = {"saturated": False, "met_slo": met_slo, "requests": counted}
-        return Probe(load, met, record, decided=decision != "undecided")
-
-    fitted = fitted_capacity([probe(2, 113, 120), probe(8, 15, 20)], 0.9, "concurrency", seed=0)
-    assert fitted["value"] == 3 and fitted["ci95"] == ["below", 7]
-    fitted = fitted_capacity([probe(4, 32, 40), probe(12, 31, 40)], 0.9, "concurrency", seed=0)
-    assert fitted["value"] == "below" and fitted["ci95"] == ["below", 3]
-    from infbench.capacity.estimate import within_decided
-
-    assert within_decided(-math.inf, 8, 16, True) == 8 and within_decided(math.inf, 8, 16, True) == 15
-    assert within_decided(math.inf, None, 2.5, False) == 2.5 and within_decided(5, 16, 8, True) == 5
 
 
 def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is():

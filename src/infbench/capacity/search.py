@@ -28,43 +28,6 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
     return (low, high)
 
 
-def binomial_cdf(k: int, n: int, q: float) -> float:
-    """P[Binomial(n, q) <= k], summed term by term in logs."""
-    if k >= n or q <= 0:
-        return 1.0
-    if q >= 1 or k < 0:
-        return 0.0
-    log_n = math.lgamma(n + 1)
-    return min(
-        1.0,
-        sum(
-            math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(q) + (n - i) * math.log1p(-q))
-            for i in range(k + 1)
-        ),
-    )
-
-
-def early_stopping_n(t: int, p: float, c: float) -> int:
-    """MLPerf LoadGen's early stopping (loadgen/early_stopping.cc, server scenario): the fewest
-    requests n with t of them over the bound for which the p-th percentile is within it at
-    confidence c, the least n with P[Binomial(n, 1 - p) <= t] < 1 - c
-    (docs/method.md#early-stopping)."""
-    low = high = t + 1
-    while binomial_cdf(t, high, 1 - p) >= 1 - c:
-        high *= 2
-    while low < high:  # the probability falls as n grows: bisect for the least n below 1 - c
-        middle = (low + high) // 2
-        low, high = (low, middle) if binomial_cdf(t, middle, 1 - p) < 1 - c else (middle + 1, high)
-    return low
-
-
-def early_stopping_table(c: float = 0.99, percentiles=(0.99, 0.9), over=(0, 1, 2, 5, 10, 20, 50, 100)) -> str:
-    """docs/method.md's n(t) table, in Markdown: a column of early_stopping_n per percentile."""
-    rows = [f"| t | {' | '.join(f'n(t), p = {p:g}' for p in percentiles)} |", "|---:|" + "---:|" * len(percentiles)]
-    rows += [f"| {t} | {' | '.join(f'{early_stopping_n(t, p, c):,}' for p in percentiles)} |" for t in over]
-    return "\n".join(rows)
-
-
 @dataclass
 class Probe:
     """One probed load: whether its pooled attainment met the target, with everything measured."""

@@ -1,7 +1,6 @@
 """How a capacity search's results are worded, shared by the capacity package (which states its
 checks in these words) and the report (which shows them): the ways a search ends, what would
-fix each, the share of a window a client may fall behind by, the rule that decides a probe,
-and a load or capacity as text."""
+fix each, the share of a window a client may fall behind by, and a load or capacity as text."""
 
 from __future__ import annotations
 
@@ -53,33 +52,11 @@ def load_text(mode: str, load) -> str:
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
-def undecided_bound(mode: str, search: dict) -> str | None:
-    """A bracket with an undecided end as the bound its decided end gives, without an interval
-    (docs/method.md#capacity-convergence); None where both ends were decided."""
-    last = {probe["load"]: probe for probe in search["probes"]}  # the last probe of a load decides it
-    passing, failing = search["capacity"], search["first_failing"]
-    shaky = [end is not None and not last[end].get("decided", True) for end in (passing, failing)]
-    if not any(shaky):
-        return None
-    if shaky == [True, False] and failing is not None:
-        bound = load_text(mode, failing - 1) if mode == "concurrency" else f"below {load_text(mode, failing)}"
-        text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
-    elif shaky == [False, True] and passing is not None:
-        text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
-    elif all(shaky):
-        text = f"undecided between {load_text(mode, passing)} and {load_text(mode, failing)} (neither was decided)"
-    else:
-        text = f"undecided ({load_text(mode, passing if failing is None else failing)} was not decided, the only end)"
-    return text + (" (capacity.max_search_s ran out)" if search["outcome"] == "out_of_time" else "")
-
-
 def capacity_text(mode: str, search: dict) -> str:
     """The capacity, a lower bound where the search's ceiling itself met the SLO (nothing above
     it was tested): capacity.max_concurrency, or for rate the most requests per second a
-    closed-loop probe completed, the highest rate probed; a bound where an end is undecided."""
+    closed-loop probe completed, the highest rate probed."""
     text = load_text(mode, search["capacity"])
-    if search["outcome"] != "client_limited" and undecided_bound(mode, search):
-        return undecided_bound(mode, search)
     if search["outcome"] == "client_limited":
         untested = load_text(mode, search["first_failing"])
         if search["capacity"] is None:
@@ -100,21 +77,4 @@ def capacity_text(mode: str, search: dict) -> str:
         return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
     return (
         f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
-    )
-
-
-def rule_text(rule: dict | None, target: float) -> str:
-    """How the probes were decided (capacity.json's decision_rule; absent: Wilson, the rule
-    before there was a choice) and why that rule (docs/method.md#capacity-decisions)."""
-    if rule and rule["name"] == "early_stopping":
-        return (
-            f"A load is served when MLPerf LoadGen's early-stopping rule says, at confidence {rule['confidence']:g}, "
-            f"that at least {target:.0%} of requests meet the SLO: its counted requests are at least n(t) for the t "
-            "of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
-            "early_stopping, the rule MLPerf decides a percentile latency bound by)."
-        )
-    return (
-        f"A load is served when the 95 % Wilson interval of its share of requests meeting it lies at or above "
-        f"{target:.0%} (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
-        "which the default run's time budget rests on; early_stopping is MLPerf's rule, which needs more)."
     )

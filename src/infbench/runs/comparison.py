@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
-from infbench.core.capacity_terms import ABOVE, BELOW, as_number
+from infbench.core.capacity_terms import as_number
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
 from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
@@ -229,28 +229,17 @@ LOWER, HIGHER = "lower", "higher"
 CAPACITY_METHOD = (
     "each run's fitted SLO capacity with its 95 % bootstrap interval (capacity.json, estimate): lower when "
     "the candidate's whole interval lies below the baseline's, higher when above, no difference detected when "
-    "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 %); an end outside the probed "
-    "range as the bound it is (above the highest probe: at least it; below the lowest: at most it), so two runs "
-    "at one ceiling show no difference; no interval where a run measured no capacity"
+    "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 %), no interval where either "
+    "capacity lies outside its probed range"
 )
-
-
-def capacity_bounds(estimate: dict) -> tuple[float, float]:
-    """An estimate's 95 % interval as numbers, an end off the probed range as the bound it gives:
-    "above" at least the highest probe (no upper bound), "below" at most the lowest."""
-    low, high = estimate["ci95"]
-    return (
-        estimate.get("highest_probe", ABOVE) if low == "above" else as_number(low),
-        estimate.get("lowest_probe", BELOW) if high == "below" else as_number(high),
-    )
 
 
 def capacity_verdict(baseline: dict, candidate: dict) -> str:
     """CAPACITY_METHOD, from two estimates (capacity.estimate.capacity_estimate)."""
-    if any(e["value"] is None or not e["ci95"] for e in (baseline, candidate)):
+    if any(not isinstance(e["value"], (int, float)) for e in (baseline, candidate)):
         return NO_INTERVAL
-    base_low, base_high = capacity_bounds(baseline)
-    low, high = capacity_bounds(candidate)
+    base_low, base_high = map(as_number, baseline["ci95"])
+    low, high = map(as_number, candidate["ci95"])
     if high < base_low:
         return LOWER
     if low > base_high:
@@ -267,7 +256,7 @@ def unjudged(capacity: dict) -> str:
             f"the {' and '.join(limited)}'s capacity is a lower bound, the client could not send the load above it, "
             "so it cannot be judged"
         )
-    return "a run that measured no capacity cannot be judged"
+    return "a capacity outside its probed range cannot be judged"
 
 
 def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: dict[str, str]) -> list[dict]:
