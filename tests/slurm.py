@@ -47,8 +47,8 @@ def unavailable() -> str | None:
         return "munge has no key (/etc/munge/munge.key): reinstall munge, or run mungekey as root"
     if CONFIG.exists() and MARK not in CONFIG.read_text():
         return f"{CONFIG} belongs to a SLURM installation of this machine's own; the tests leave it alone"
-    if node()["RealMemory"] < NEEDED_MB:
-        return f"the node would have {node()['RealMemory']} MB; the serve rule's jobs need {NEEDED_MB}"
+    if (memory := node()["RealMemory"]) < NEEDED_MB:
+        return f"the node would have {memory} MB; the serve rule's jobs need {NEEDED_MB}"
     busy = [f"{key} {port}" for key, port in PORTS.items() if not port_is_free(port)]
     if busy:
         return f"the test cluster's ports are taken ({', '.join(busy)}): a test cluster left running?"
