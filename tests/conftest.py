@@ -214,10 +214,12 @@ def wilson_95(successes: int, n: int) -> tuple[float, float]:
 def check_probes(probes: list[dict], settings: dict, target: float) -> None:
     """What every capacity probe of an artifact must hold: its figures the sums of its passes,
     each pass a whole window unless the pool ran out, its interval Wilson's and its decision
-    the interval's against the target (never met where the client fell behind its schedule)."""
+    the settings' rule's against the target (never met where the client fell behind its schedule)."""
     import pytest
 
-    from infbench.capacity.probe import verdict
+    from infbench.capacity.probe import Rule, verdict
+
+    rule = Rule.of(settings)
 
     for probe in probes:
         passes = probe["pass_records"]
@@ -232,8 +234,8 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
                 prior_met = sum(p["met_slo"] for p in passes[:index])
                 prior_n = sum(p["requests"] for p in passes[:index])
                 best = prior_met + probe["window"]["min_requests"] - (one["requests"] - one["met_slo"])
-                assert wilson_95(best, prior_n + probe["window"]["min_requests"])[1] < target
-                assert wilson_95(probe["met_slo"], probe["requests"])[1] < target
+                assert verdict(best, prior_n + probe["window"]["min_requests"], target, rule=rule) == "missed"
+                assert verdict(probe["met_slo"], probe["requests"], target, rule=rule) == "missed"
                 assert (
                     closed - opened >= probe["window"]["seconds"] and one["requests"] < probe["window"]["min_requests"]
                 )
@@ -262,11 +264,14 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         # share, unless its client fell behind (a load not offered steers as missed), which
         # counts only where the probe did not miss at the load it got.
         behind = probe["client_behind"]
-        expected = verdict(probe["met_slo"], probe["requests"], target, probe["saturated"], behind)
+        expected = verdict(probe["met_slo"], probe["requests"], target, probe["saturated"], behind, rule)
         assert behind == (any(p["client_behind"] for p in passes) and expected != "missed")
         assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
+        # Too few counted requests to be met even all within the SLO: no evidence of met either.
+        few = expected == "undecided" and verdict(probe["requests"], probe["requests"], target, rule=rule) != "met"
+        assert probe["too_few_to_meet"] == few
         assert probe["met"] == (
-            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind)
+            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind and not few)
         )
         # More windows only while undecided (and the client kept up).
         assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])

@@ -102,6 +102,37 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     assert search["binding"]["at"] == 5 and search["binding"]["limit"] == "compute"
 
 
+@pytest.mark.slow  # a server start and five probes, two of them two windows
+def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(tmp_path):
+    """The schedule above, decided by LoadGen's early stopping at 0.99 and a target of 0.8: 21
+    requests all within the SLO are needed (Wilson: 16), so a met probe of 16-request windows
+    takes two windows where Wilson takes one; every probe holds what a probe must, under that rule."""
+    from conftest import check_probes, searched
+
+    from infbench.serving.reference_server import Schedule
+
+    schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
+    settings = {
+        "attainment": 0.8, "decision": "early_stopping", "confidence": 0.99, "window_s": 0.3,
+        "window_requests": 16, "repeats": 2, "start_concurrency": 2, "max_concurrency": 16, "max_probes": 8,
+        "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1, "max_search_s": 300,
+    }  # fmt: skip
+    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
+    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
+            for i in range(600)]  # fmt: skip
+    record = searched(tmp_path, schedule, pool, settings, load_settings)
+    assert record["decision_rule"] == {"name": "early_stopping", "confidence": 0.99}
+    search = record["concurrency"]
+    probes = {p["load"]: p for p in search["probes"]}
+    assert (search["capacity"], search["first_failing"], search["outcome"]) == (4, 5, "bracketed")
+    assert sorted(probes) == [2, 4, 5, 6, 8]
+    check_probes(search["probes"], settings, settings["attainment"])
+    for load in (2, 4):  # 16 of 16 is undecided under early stopping; 32 of 32 is met
+        assert probes[load]["decision"] == "met" and probes[load]["passes"] == 2
+        assert probes[load]["met_slo"] == probes[load]["requests"] >= 21
+    assert all(probes[load]["decision"] == "missed" for load in (5, 6, 8))
+
+
 @pytest.mark.parametrize(
     ("section", "values", "message"),
     [

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
 from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
-from infbench.capacity.probe import PassRecord, verdict
+from infbench.capacity.probe import WILSON, PassRecord, Rule, verdict
 from infbench.capacity.search import (
     Probe,
     SearchResult,
     attainment_rises,
     binding_limit,
+    binomial_cdf,
+    early_stopping_n,
+    early_stopping_table,
     interleaved,
     search,
     wilson_interval,
@@ -188,6 +192,73 @@ def test_wilson_interval_and_the_probes_verdict():
     assert verdict(2, 16, 0.9, client_behind=True) == "missed"
 
 
+def test_early_stopping_needs_loadgens_published_request_counts():
+    """LoadGen's early stopping (loadgen/early_stopping.cc; loadgen/results.cc, server scenario: a
+    run passes with q >= h + t requests) at c = 0.99: p99 with 0, 1 and 10 requests over the
+    bound needs 459, 662 and 2,010 requests; t = 0 is its closed form ceil(ln(1 - c) / ln p).
+    LoadGen's own log of 10,000 p90 queries (mlcommons/inference, a Jetson-Thor SingleStream
+    sample's mlperf_log_summary.txt) reads "Processed at least 64 queries" (n(1)) and "Would
+    discard 929 highest latency queries" (t - 1, t the most over the bound that 10,000 allow)."""
+    assert [early_stopping_n(t, 0.99, 0.99) for t in (0, 1, 10)] == [459, 662, 2010]
+    assert early_stopping_n(0, 0.99, 0.99) == math.ceil(math.log(0.01) / math.log(0.99))
+    assert early_stopping_n(1, 0.9, 0.99) == 64
+    assert max(t for t in range(1, 1000) if early_stopping_n(t, 0.9, 0.99) <= 10_000) == 930
+    # The least n: one request fewer is not enough.
+    for t in (0, 1, 10):
+        n = early_stopping_n(t, 0.99, 0.99)
+        assert binomial_cdf(t, n, 0.01) < 0.01 <= binomial_cdf(t, n - 1, 0.01)
+    assert binomial_cdf(1, 2, 0.5) == pytest.approx(0.75) and binomial_cdf(2, 2, 0.5) == 1.0
+
+
+def test_the_early_stopping_table_in_the_method_is_the_functions():
+    from conftest import REPO
+
+    table = early_stopping_table()
+    assert table.splitlines()[2] == "| 0 | 459 | 44 |" and "| 10 | 2,010 | 197 |" in table
+    assert table in (REPO / "docs/method.md").read_text()
+
+
+def test_early_stopping_decides_a_probe_by_loadgens_n_and_misses_it_by_the_mirror_test():
+    """Under capacity.decision early_stopping a probe is met where its counted requests reach
+    n(t) for its t misses, missed where P[Binomial(n, p) <= met] < 1 - c, else undecided."""
+    rule = Rule("early_stopping", 0.99)
+    assert verdict(459, 459, 0.99, rule=rule) == "met" and verdict(458, 458, 0.99, rule=rule) == "undecided"
+    assert verdict(661, 662, 0.99, rule=rule) == "met" and verdict(660, 661, 0.99, rule=rule) == "undecided"
+    assert verdict(2000, 2010, 0.99, rule=rule) == "met" and verdict(1999, 2009, 0.99, rule=rule) == "undecided"
+    # At 0.9: 44 all met (Wilson: 35); 35 of 35, met under Wilson, is undecided here.
+    assert verdict(44, 44, 0.9, rule=rule) == "met" and verdict(35, 35, 0.9, rule=rule) == "undecided"
+    assert verdict(35, 35, 0.9) == "met"  # the default is Wilson's
+    # Missed by the mirror test: 30 of 40 met would be seen under 1 % of the time at 0.9.
+    assert binomial_cdf(30, 40, 0.9) < 0.01 <= binomial_cdf(31, 40, 0.9)
+    assert verdict(30, 40, 0.9, rule=rule) == "missed" and verdict(31, 40, 0.9, rule=rule) == "undecided"
+    assert verdict(44, 44, 0.9, saturated=True, rule=rule) == "missed"
+    assert verdict(44, 44, 0.9, client_behind=True, rule=rule) == "undecided"
+    assert verdict(0, 0, 0.9, rule=rule) == "undecided" and verdict(5, 5, 1.0, rule=rule) == "undecided"
+    # Met exactly where LoadGen's odds fall below 1 - c, missed only where met is impossible.
+    for n in range(1, 90):
+        for met in range(n + 1):
+            decision = verdict(met, n, 0.9, rule=rule)
+            assert (decision == "met") == (binomial_cdf(n - met, n, 0.1) < 0.01), (met, n)
+            assert (decision == "missed") == (binomial_cdf(met, n, 0.9) < 0.01), (met, n)
+
+
+def test_the_page_says_which_rule_decided_the_probes_and_why():
+    from infbench.core.capacity_terms import rule_text
+
+    wilson = rule_text({"name": "wilson", "confidence": 0.95}, 0.9)
+    assert "95 % Wilson interval" in wilson and "the default" in wilson and "time budget" in wilson
+    assert rule_text(None, 0.9) == wilson  # a capacity.json from before the choice was Wilson's
+    early = rule_text({"name": "early_stopping", "confidence": 0.99}, 0.99)
+    assert "LoadGen's early-stopping rule" in early and "confidence 0.99" in early and "99 %" in early
+    assert "at least 99.9 % of requests" in rule_text({"name": "early_stopping", "confidence": 0.99}, 0.999)
+
+
+def test_an_undecided_met_rate_reads_at_most_the_missed_rate():
+    shaky = {"capacity": 1.0, "first_failing": 2.0, "outcome": "undecided",
+             "probes": [{"load": 1.0, "decided": False}, {"load": 2.0, "decided": True}]}  # fmt: skip
+    assert capacity_text("request_rate", shaky) == "at most 2.00 req/s, undecided (1.00 req/s was not decided met)"
+
+
 def test_a_bracket_with_an_undecided_end_is_not_converged():
     """Both ends decided: bracketed. The failing end undecided: the search ends the same way but
     is not converged, and says what to raise."""
@@ -196,6 +267,30 @@ def test_a_bracket_with_an_undecided_end_is_not_converged():
     shaky = search(lambda c: Probe(c, c <= 8, decided=c != 9), start=4, floor=1, ceiling=64, integer=True, max_probes=8)
     assert (shaky.capacity, shaky.first_failing, shaky.outcome, shaky.converged) == (8, 9, "undecided", False)
     assert shaky.to_json()["probes"][-1]["decided"] is False
+
+
+def test_an_undecided_end_reads_as_the_bound_its_decided_end_gives_without_an_interval():
+    """c=2 undecided (met by its point estimate only, as the slowest machine's 22 of 22) and c=3
+    missed: "at most c=2, undecided", not c=2 with an interval; the failing end undecided: at
+    least the decided met load; the page's fitted capacity reads the same bound."""
+    from infbench.report.capacity import search_rows
+
+    settings = {"start": 2, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    shaky_met = search(lambda c: Probe(c, c <= 2, decided=c != 2), **settings).to_json()
+    assert (shaky_met["capacity"], shaky_met["first_failing"], shaky_met["outcome"]) == (2, 3, "undecided")
+    assert capacity_text("concurrency", shaky_met) == "at most c=2, undecided (c=2 was not decided met)"
+    shaky_missed = search(lambda c: Probe(c, c <= 8, decided=c != 9), **settings).to_json()
+    assert capacity_text("concurrency", shaky_missed) == "at least c=8, undecided above (c=9 was not decided)"
+    both = search(lambda c: Probe(c, c <= 8, decided=c not in (8, 9)), **settings).to_json()
+    assert capacity_text("concurrency", both) == "undecided between c=8 and c=9 (neither was decided)"
+    decided = search(lambda c: Probe(c, c <= 8), **settings).to_json()
+    assert capacity_text("concurrency", decided) == "c=8"
+    for probe in shaky_met["probes"]:
+        probe.update(attainment=1.0, attainment_ci95=[0.9, 1.0])
+    shaky_met.update(at_capacity=None, search_s=10, max_search_s=300, binding={"limit": "compute"},
+                     estimate={"value": 2, "ci95": [2, 3], "lowest_probe": 2, "highest_probe": 4})  # fmt: skip
+    (row,) = search_rows({"concurrency": shaky_met})
+    assert row["SLO capacity"] == row["fitted capacity"] == "at most c=2, undecided (c=2 was not decided met)"
 
 
 def test_the_fitted_curve_is_non_increasing_and_keeps_what_already_is():
@@ -375,6 +470,30 @@ def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
     assert ceiling["status"] == "not_available" and ceiling["spread"] is None
 
 
+def test_a_fitted_interval_never_contradicts_its_own_decided_probes():
+    """c=8 missed (15 of 20: its Wilson interval lies below 0.9) and c=2 undecided (113 of 120):
+    the bootstrap's refits draw c=8 above the target often enough that the interval read
+    ["below", "above"], above a load that missed. Held to the decided probes it ends below 8;
+    likewise an interval that reached c=4 where c=4 missed ends at 3, and a met load bounds
+    the low end."""
+    from infbench.capacity.measure import fitted_capacity
+
+    def probe(load, met_slo, counted):
+        decision = verdict(met_slo, counted, 0.9)
+        met = decision == "met" or (decision == "undecided" and met_slo / counted >= 0.9)
+        record = {"saturated": False, "met_slo": met_slo, "requests": counted}
+        return Probe(load, met, record, decided=decision != "undecided")
+
+    fitted = fitted_capacity([probe(2, 113, 120), probe(8, 15, 20)], 0.9, "concurrency", seed=0)
+    assert fitted["value"] == 3 and fitted["ci95"] == ["below", 7]
+    fitted = fitted_capacity([probe(4, 32, 40), probe(12, 31, 40)], 0.9, "concurrency", seed=0)
+    assert fitted["value"] == "below" and fitted["ci95"] == ["below", 3]
+    from infbench.capacity.estimate import within_decided
+
+    assert within_decided(-math.inf, 8, 16, True) == 8 and within_decided(math.inf, 8, 16, True) == 15
+    assert within_decided(math.inf, None, 2.5, False) == 2.5 and within_decided(5, 16, 8, True) == 5
+
+
 def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is():
     fitted = {"value": 44, "ci95": [38, "above"], "lowest_probe": 8, "highest_probe": 64}
     assert estimate_text("concurrency", fitted) == "c=44 [95 % CI c=38 to above c=64]"
@@ -487,3 +606,106 @@ def test_a_passs_peaks_are_its_windows_not_its_opening_bursts():
     assert record["peak_num_requests_waiting"] == 3 and record["peak_num_requests_running"] == 8
     run.metrics = MetricsSeries([], available=False)
     assert PassRecord.of(MeasuredPass.of(run, False), {"ttft": 1000}).to_json()["peak_num_requests_waiting"] is None
+
+
+def too_few_probe(load, met_slo, counted, target=0.9, rule=WILSON):
+    """A probe as capacity/probe.py records it: too few counted requests to be met steers as missed."""
+    decision = verdict(met_slo, counted, target, rule=rule)
+    few = decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met"
+    record = {"saturated": False, "met_slo": met_slo, "requests": counted, "too_few_to_meet": few}
+    return Probe(load, decision == "met", record, decided=decision != "undecided")
+
+
+def test_probes_too_few_to_be_met_are_left_out_of_the_fit():
+    """Wilson at 0.9: c=4 and c=6 met 40 of 40, c=7 and c=8 only 30 of 30 (too few to be met).
+    They say nothing of attainment: the fit is the met probes', so the estimate is not above
+    every probe, and a candidate at [6, 7] does not read below a baseline at least c=8."""
+    from infbench.capacity.measure import fitted_capacity
+
+    probes = [too_few_probe(4, 40, 40), too_few_probe(6, 40, 40), too_few_probe(7, 30, 30), too_few_probe(8, 30, 30)]
+    assert [p.record["too_few_to_meet"] for p in probes] == [False, False, True, True]
+    fitted = fitted_capacity(probes, 0.9, "concurrency", seed=0)
+    assert {point["load"] for point in fitted["curve"]} == {4, 6}
+    from infbench.runs.comparison import HIGHER, LOWER, capacity_bounds, capacity_verdict
+
+    assert capacity_bounds(fitted) == (6, math.inf)  # at least c=6, not at least c=8
+
+    assert capacity_verdict(capacity_bounds(fitted), (6, 7)) not in (LOWER, HIGHER)
+
+
+def test_a_search_whose_probes_were_all_too_few_claims_no_capacity_and_compares_as_none():
+    """Early stopping at 0.99: c=4, 2 and 1 each 400 of 400 met, too few (459 needed). The search
+    claims no capacity and is not converged (no load missed), the fit has nothing to read, and
+    against a baseline of [2, 3] the run is not "higher"."""
+    from infbench.capacity.measure import fitted_capacity
+    from infbench.runs.comparison import HIGHER, capacity_verdict, search_bounds
+
+    rule = Rule("early_stopping", 0.99)
+    result = search(lambda c: too_few_probe(c, 400, 400, 0.99, rule), start=4, floor=1, ceiling=64, integer=True)
+    assert result.capacity is None and not result.converged
+    candidate = {**result.to_json(), "estimate": fitted_capacity(result.probes, 0.99, "concurrency", seed=0)}
+    baseline = {"capacity": 2, "first_failing": 4, "outcome": "bracketed",
+                "estimate": {"value": 2, "ci95": [2, 3], "lowest_probe": 1, "highest_probe": 4}}  # fmt: skip
+    verdict_ = capacity_verdict(search_bounds("concurrency", baseline), search_bounds("concurrency", candidate))
+    assert verdict_ != HIGHER
+
+
+def test_an_undecided_end_compares_as_the_bound_it_gives():
+    """At least c=8 (c=9 undecided) is [8, inf); at most c=2 (c=2 undecided, c=3 missed) is
+    (-inf, 2]; both undecided: no bound; the fitted interval is not compared."""
+    from infbench.runs.comparison import search_bounds
+
+    settings = {"start": 2, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
+    narrow = {"value": 5, "ci95": [5, 5], "lowest_probe": 1, "highest_probe": 16}
+    shaky_missed = search(lambda c: Probe(c, c <= 8, decided=c != 9), **settings).to_json()
+    assert search_bounds("concurrency", {**shaky_missed, "estimate": narrow}) == (8, math.inf)
+    shaky_met = search(lambda c: Probe(c, c <= 2, decided=c != 2), **settings).to_json()
+    assert search_bounds("concurrency", {**shaky_met, "estimate": narrow}) == (-math.inf, 2)
+    both = search(lambda c: Probe(c, c <= 8, decided=c not in (8, 9)), **settings).to_json()
+    assert search_bounds("concurrency", {**both, "estimate": narrow}) == (-math.inf, math.inf)
+
+
+def test_an_undecided_load_at_the_floor_is_undecided_not_none_met():
+    """c=1, the floor, 30 of 30 met (too few to be met under Wilson at 0.9): nothing missed, so
+    the search is undecided, not "even the lowest load missed", and its fix names
+    capacity.window_requests; likewise an undecided met ceiling is not "ceiling_met"."""
+    from infbench.capacity.checks import converged
+
+    floor = search(lambda c: too_few_probe(c, 30, 30), start=1, floor=1, ceiling=64, integer=True)
+    assert (floor.capacity, floor.first_failing, floor.outcome) == (None, 1, "undecided")
+    detail = converged("concurrency", floor.to_json())["detail"]
+    assert "even the lowest load missed" not in detail and "capacity.window_requests" in detail
+    ceiling = search(lambda c: Probe(c, True, decided=c != 64), start=32, floor=1, ceiling=64, integer=True)
+    assert (ceiling.capacity, ceiling.outcome) == (64, "undecided")
+
+
+def test_a_decided_met_above_a_decided_missed_is_a_rise_under_early_stopping():
+    """Early stopping at confidence 0.95 and 0.9: 46 of 56 at c=4 missed, 29 of 29 at c=8 met.
+    Their Wilson intervals overlap, but the decisions contradict each other: named a rise."""
+    rule = Rule("early_stopping", 0.95)
+    assert verdict(46, 56, 0.9, rule=rule) == "missed" and verdict(29, 29, 0.9, rule=rule) == "met"
+    low = Probe(4, False, {"attainment_ci95": list(wilson_interval(46, 56))})
+    high = Probe(8, True, {"attainment_ci95": list(wilson_interval(29, 29))})
+    assert attainment_rises([low, high]) == [[4, 8]]
+    assert attainment_rises([low, Probe(8, True, high.record, client_behind=True)]) == []
+
+
+def test_the_method_gives_each_rules_curtailment_and_too_few_counts():
+    """A window of 40 closes once missed whatever follows: 8 misses under Wilson at 0.9; under
+    early stopping at confidence 0.99, 10 at 0.9 and 3 at 0.99. Too few to be met: 35, 44, 459."""
+    from conftest import REPO
+
+    from infbench.capacity.probe import missed_whatever_follows
+
+    def misses_to_close(target, rule):
+        settled = missed_whatever_follows(0, 0, 40, target, {"ttft": 1.0}, rule=rule)
+        failed = SimpleNamespace(success=False, ttft=1.0, tpot=None, e2el=1.0)  # a request that missed
+        return next(m for m in range(41) if settled([failed] * m))
+
+    early = Rule("early_stopping", 0.99)
+    assert [misses_to_close(0.9, WILSON), misses_to_close(0.9, early), misses_to_close(0.99, early)] == [8, 10, 3]
+    assert [min(n for n in range(1, 999) if verdict(n, n, t, rule=r) == "met") for t, r in
+            ((0.9, WILSON), (0.9, early), (0.99, early))] == [35, 44, 459]  # fmt: skip
+    method = " ".join((REPO / "docs/method.md").read_text().split())
+    assert "after eight misses" in method and "ends after ten misses at a target of 0.9, three at 0.99" in method
+    assert "fewer than 44 at 0.9 and 459 at 0.99" in method and "mirror) test is infbench's own" in method

@@ -257,7 +257,8 @@ END_COST_S = 0.02  # the pass's and the search's own work from the last token to
 def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_stops(tmp_path):
     """capacity.max_search_s of 0.8 s against windows of 0.3 s and 200 requests of about 55 ms at
     c=2 (5.5 s): the first window closes at the deadline with the requests it counted, every one
-    of them finished, the probe gets no second window, and the search ends there, out_of_time:
+    of them finished, too few to be met, the probe gets no second window, and the search ends
+    there, out_of_time:
     past its budget (or past its window's seconds, where a slow start opened the window late) by
     no more than the send that closes the window and the hold, one request each (50 ms by the
     schedule, and the waits of its ten tokens, in the server and in the client, measured
@@ -283,7 +284,10 @@ def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_st
     (one,) = probe["pass_records"]
     assert one["closed_at_deadline"] and 10 <= one["requests"] < 200 and one["met_slo"] == one["requests"], one
     assert probe["decision"] == "undecided" and probe["out_of_time"] and "capacity.max_search_s ran out" in lines[-1]
-    assert (search["capacity"], search["first_failing"], search["outcome"]) == (2, None, "out_of_time")
+    # Fewer than 35 counted, all within the SLO: never met under Wilson at 0.9, so no evidence
+    # of met: it steers as missed and says so, and no capacity is claimed at c=2.
+    assert probe["too_few_to_meet"] and not probe["met"] and "cannot be met by the rule" in lines[-1]
+    assert (search["capacity"], search["first_failing"], search["outcome"]) == (None, 2, "out_of_time")
     # The pass started at most search_s less its own duration after the search: its window's
     # seconds were up by then plus its opening and 0.3 s.
     search_s, opened, took = search["search_s"], one["window_s"][0], one["duration_s"]

@@ -340,6 +340,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
     env = environment(TEMPLATES)
     capacity = {
         "target": 90,
+        "rule": "A load is served by a rule.",
         "slo": [("TTFT", 1000)],
         "predicted": {"value": 8, "usable_blocks": 10, "block_size": 16},
         "endpoint": "http://example.test/v1",

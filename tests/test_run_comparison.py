@@ -113,9 +113,10 @@ def test_the_gate_names_the_regressed_figure_and_refuses_a_pattern_that_matches_
         gate(record, ["*/serve/c=8/output_throughput"])
 
 
-def capacity_artifact(value, ci95, outcome="bracketed") -> dict:
+def capacity_artifact(value, ci95, outcome="bracketed", probed=(8, 128)) -> dict:
     """capacity.json cut to what a comparison reads: the concurrency search's estimate and outcome."""
-    return {"slo_ms": {"ttft": 1000}, "concurrency": {"estimate": {"value": value, "ci95": ci95}, "outcome": outcome}}
+    estimate = {"value": value, "ci95": ci95, "lowest_probe": probed[0], "highest_probe": probed[1]}
+    return {"slo_ms": {"ttft": 1000}, "concurrency": {"estimate": estimate, "outcome": outcome}}
 
 
 def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_one():
@@ -126,21 +127,47 @@ def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_o
     ceiling = run("d", {"m": {"load": load, "capacity": capacity_artifact("above", [60, "above"])}})
     record = comparison_record([base, same, lower, ceiling], threshold=0.05, labels=["base", "same", "lower", "top"])
     verdicts = [c["capacities"][0]["verdict"] for c in record["comparisons"]]
-    assert verdicts == ["no difference detected", "lower", "no interval"]  # [33, 42] overlaps [36, 44]
+    assert verdicts == ["no difference detected", "lower", "higher"]  # [33, 42] overlaps [36, 44]; 60 up: higher
     key = record["comparisons"][0]["capacities"][0]["key"]
     assert key == "m/capacity/concurrency/capacity"
     lines = gate(record, ["*/capacity/*"])
-    assert len(lines) == 2 and lines[0].startswith("regressed: m/capacity/concurrency/capacity (lower / base)")
-    assert lines[1].startswith("no interval: m/capacity/concurrency/capacity (top / base)")
+    assert len(lines) == 1 and lines[0].startswith("regressed: m/capacity/concurrency/capacity (lower / base)")
     assert gate(record, ["*/serve/*/output_throughput"]) == []  # the serving figures did not move
     template = REPO / "report" / "run_comparison.html.j2"
     html = render(build_comparison_context(record, lines, ["*/capacity/*"]), template)
     assert "SLO capacity" in html and "28 [25, 33]" in html and "above [60, above]" in html
-    assert lines[1].endswith("(a capacity outside its probed range cannot be judged)")
-    # A capacity the client bounded (its rate search could not send more) is named as such.
-    limited = run("e", {"m": {"load": load, "capacity": capacity_artifact("above", [60, "above"], "client_limited")}})
+    # A run that measured no capacity, its client unable to send the lowest rate, is named as such.
+    limited = run("e", {"m": {"load": load, "capacity": capacity_artifact(None, None, "client_limited")}})
     (line,) = gate(comparison_record([base, limited], threshold=0.05, labels=["base", "e"]), ["*/capacity/*"])
     assert "the candidate's capacity is a lower bound, the client could not send the load above it" in line
+
+
+def test_an_off_scale_capacity_compares_as_the_bound_it_is_and_a_run_never_fails_against_itself():
+    """ "At least c=128" (every probe met, the fit above the highest): two runs at that ceiling show
+    no difference, whatever their intervals' low ends, and pass the gate; so does every run
+    against itself; "at least c=32" against a baseline of [40, 47] cannot be said lower."""
+    load = artifact(128, "abc", [50, 51, 49], [100, 101, 99])
+    top = capacity_artifact("above", ["above", "above"])
+    runs = [
+        run("a", {"m": {"load": load, "capacity": top}}),
+        run("b", {"m": {"load": load, "capacity": capacity_artifact("above", [96, "above"])}}),
+        run("c", {"m": {"load": load, "capacity": capacity_artifact("above", ["above", "above"], probed=(8, 32))}}),
+        run("d", {"m": {"load": load, "capacity": capacity_artifact("below", ["below", "below"])}}),
+    ]
+    for one in runs:  # a run against itself
+        record = comparison_record([one, one], threshold=0.05, labels=["base", "again"])
+        assert record["comparisons"][0]["capacities"][0]["verdict"] == "no difference detected"
+        assert gate(record, ["*/capacity/*"]) == []
+    record = comparison_record(runs[:2], threshold=0.05, labels=["base", "again"])
+    assert record["comparisons"][0]["capacities"][0]["verdict"] == "no difference detected"
+    assert gate(record, ["*/capacity/*"]) == []
+    finite = run("e", {"m": {"load": load, "capacity": capacity_artifact(44, [40, 47])}})
+    record = comparison_record([finite, runs[2], runs[0], runs[3]], threshold=0.05, labels=["base", "c", "a", "d"])
+    assert [c["capacities"][0]["verdict"] for c in record["comparisons"]] == [
+        "no difference detected",  # at least 32: maybe 44
+        "higher",  # at least 128 against at most 47
+        "lower",  # below c=8 against at least 40
+    ]
 
 
 def test_three_runs_give_two_comparisons_against_the_first():

@@ -26,7 +26,8 @@ def attainment_falls(mode: str, search: dict) -> dict:
     if rises:
         status, detail = (
             "fail",
-            "attainment rose beyond both 95 % intervals from "
+            "attainment rose beyond both 95 % intervals, or from a load decided missed to a higher one decided met, "
+            "from "
             + ", ".join(f"{load_text(mode, a)} to {load_text(mode, b)}" for a, b in rises)
             + ": the probes measured something besides the load (the machine's speed drifting?)",
         )

@@ -1,7 +1,8 @@
 """A capacity with error bars, from every probe of a search rather than the last passing one:
 attainment against load fitted non-increasing, the capacity where the fit falls to the target,
 its 95 % interval by a parametric bootstrap widened to the probed loads the fit crosses
-between, and whether independent searches agree. See docs/method.md#capacity-estimate.
+between and held to the probes' own decisions, and whether independent searches agree. See
+docs/method.md#capacity-estimate.
 """
 
 from __future__ import annotations
@@ -41,9 +42,30 @@ def crossing(loads: list[float], fitted: list[float], target: float, integer: bo
     return ABOVE
 
 
-def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, integer: bool, seed: int = 0) -> dict:
-    """`probes`: (load, met_slo, counted) per probe (a load probed twice pooled). The capacity from
-    the fitted curve, its 95 % bootstrap interval, and the fitted curve itself."""
+def within_decided(value: float, met: float | None, missed: float | None, integer: bool) -> float:
+    """A crossing held to the probes' decisions: at least `met` (the highest load decided met),
+    below `missed` (the lowest decided missed; a rate: at most it); as it is where they conflict."""
+    if met is not None and missed is not None and met >= missed:
+        return value  # attainment rose with load: the attainment-falls check fails instead
+    if met is not None:
+        value = max(value, met)
+    if missed is not None:
+        value = min(value, missed - 1 if integer else missed)
+    return value
+
+
+def capacity_estimate(
+    probes: list[tuple[float, int, int]],
+    target: float,
+    *,
+    integer: bool,
+    seed: int = 0,
+    met: float | None = None,
+    missed: float | None = None,
+) -> dict:
+    """`probes`: (load, met_slo, counted) per probe (a load probed twice pooled); `met` and `missed`:
+    the highest load decided met and the lowest decided missed. The capacity from the fitted
+    curve, its 95 % bootstrap interval (both `within_decided`), and the fitted curve itself."""
     pooled: dict[float, list[int]] = {}
     for load, met_slo, counted in probes:
         kept = pooled.setdefault(load, [0, 0])
@@ -67,6 +89,7 @@ def capacity_estimate(probes: list[tuple[float, int, int]], target: float, *, in
         gap = next(i for i in range(len(loads) - 1) if fitted[i + 1] < target)
         low = min(low, loads[gap])
         high = max(high, loads[gap + 1] - 1 if integer else loads[gap + 1])
+    value, low, high = (within_decided(v, met, missed, integer) for v in (value, low, high))
     return {
         "value": shown(value),
         "ci95": [shown(low), shown(high)],
@@ -119,5 +142,7 @@ METHOD = (
     "attainment against load fitted non-increasing (pool adjacent violators, weighted by counted requests); "
     "capacity = the highest load where the fit, linear between probes, is at least the target; 95 % interval "
     f"from {BOOTSTRAP_ROUNDS} refits with each probe's attainment drawn from its Jeffreys posterior, widened to "
-    "the probed loads the fit crosses between"
+    "the probed loads the fit crosses between; value and interval held at or above the highest load decided met and "
+    "below the lowest decided missed (a rate: at most it); probes too few to be met, or whose client fell behind, "
+    "left out"
 )

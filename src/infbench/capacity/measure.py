@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from infbench.capacity.estimate import capacity_estimate, reproducibility
-from infbench.capacity.probe import Prober, TimeBudget
+from infbench.capacity.probe import Prober, Rule, TimeBudget
 from infbench.capacity.search import Probe, binding_limit, interleaved, search
 from infbench.core.metrics import MS
 from infbench.kv.capacity_bounds import kv_full_usage, kv_limit_agreement, predicted_kv_concurrency
@@ -30,18 +30,18 @@ def rate_window(settings: dict, concurrency_record: dict) -> Window:
 
 
 def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) -> dict:
-    """The capacity estimate (capacity.estimate) over a search's probes. A saturated probe's
-    requests met the SLO only on their way into a queue without bound: none counts. A probe
-    whose client fell behind was not offered its load: it is left out."""
+    """The capacity estimate (capacity.estimate) over a search's probes, held to those decided.
+    A saturated probe's requests met the SLO only on their way into a queue without bound: none
+    counts. A probe whose client fell behind was not offered its load, and one with too few
+    requests to be met measured no attainment: both are left out (docs/method.md#capacity-estimate)."""
+    offered = [p for p in probes if not p.client_behind and not p.record.get("too_few_to_meet")]
     return capacity_estimate(
-        [
-            (p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"])
-            for p in probes
-            if not p.client_behind
-        ],
+        [(p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"]) for p in offered],
         target,
         integer=mode == "concurrency",
         seed=seed,
+        met=max((p.load for p in offered if p.decided and p.met), default=None),
+        missed=min((p.load for p in offered if p.decided and not p.met), default=None),
     )
 
 
@@ -137,7 +137,11 @@ def search_capacity(
         out_of_time=budget.out,
     )
     seconds = time.perf_counter() - started
-    found = {"predicted_kv_concurrency": predicted, "concurrency": search_record("concurrency", concurrency, seconds)}
+    found = {
+        "decision_rule": Rule.of(settings).to_json(),
+        "predicted_kv_concurrency": predicted,
+        "concurrency": search_record("concurrency", concurrency, seconds),
+    }
     if others:
         found["concurrency_searches"] = [search_record("concurrency", other, seconds) for other in others]
         found["reproducibility"] = reproducibility(

@@ -1,8 +1,8 @@
 """A capacity probe: windowed passes (`serving.window.measure_pass`) at one load until its
-attainment's 95 % Wilson interval decides it met, missed or undecided (`verdict`), each pass's
+decision rule (`Rule`) decides it met, missed or undecided (`verdict`), each pass's
 window closed early once the probe is missed (`missed_whatever_follows`) or the search's time
 is up (`TimeBudget`). See docs/method.md#capacity-windows, #capacity-decisions,
-#capacity-curtailment and #capacity-time-budget.
+#early-stopping, #capacity-curtailment and #capacity-time-budget.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from infbench.capacity.search import Probe, wilson_interval
+from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
 from infbench.core.capacity_terms import LAG_GROWTH_BEHIND
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -20,22 +20,50 @@ from infbench.serving.client import load_request
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, measure_pass
 
 
-def verdict(met_slo: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False) -> str:
-    """met / missed / undecided: the 95 % Wilson interval of met_slo / counted against the target;
-    missed where saturated, never met where the client fell behind its schedule."""
-    low, high = wilson_interval(met_slo, counted)
-    if saturated or high < target:
+@dataclass(frozen=True)
+class Rule:
+    """capacity.decision and its confidence: `wilson` (the 95 % Wilson interval against the
+    target) or `early_stopping` (LoadGen's; docs/method.md#early-stopping)."""
+
+    name: str = "wilson"
+    confidence: float = 0.99
+
+    @classmethod
+    def of(cls, settings: dict) -> Rule:
+        return cls(settings.get("decision", "wilson"), settings.get("confidence", 0.99))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "confidence": self.confidence if self.name == "early_stopping" else 0.95}
+
+
+WILSON = Rule()
+
+
+def verdict(
+    met_slo: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False, rule=WILSON
+) -> str:
+    """met / missed / undecided: met_slo of counted against the target by `rule`; missed where
+    saturated, never met where the client fell behind its schedule."""
+    if rule.name == "early_stopping":  # met: LoadGen's n(t); missed: the mirror test at the same confidence
+        met = target < 1 and counted >= early_stopping_n(counted - met_slo, target, rule.confidence)
+        missed = binomial_cdf(met_slo, counted, target) < 1 - rule.confidence
+    else:
+        low, high = wilson_interval(met_slo, counted)
+        met, missed = low >= target, high < target
+    if saturated or missed:
         return "missed"
-    return "met" if low >= target and not client_behind else "undecided"
+    return "met" if met and not client_behind else "undecided"
 
 
-def missed_whatever_follows(prior_met_slo: int, prior_counted: int, planned: int, target: float, slo_ms: dict):
+def missed_whatever_follows(
+    prior_met_slo: int, prior_counted: int, planned: int, target: float, slo_ms: dict, rule=WILSON
+):
     """A pass's `Window.settled`: given its finished counted requests, whether the probe is
     missed even if every one of its `planned` not yet seen to miss meets the SLO."""
 
     def settled(finished) -> bool:
         misses = sum(not meets_slo(r, slo_ms) for r in finished)
-        return verdict(prior_met_slo + planned - misses, prior_counted + planned, target) == "missed"
+        return verdict(prior_met_slo + planned - misses, prior_counted + planned, target, rule=rule) == "missed"
 
     return settled
 
@@ -128,7 +156,7 @@ def pooled_latency(results, name: str, q: float) -> float | None:
     return percentile([v * MS for v in values], q) if values else None
 
 
-def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool) -> dict:
+def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool, rule=WILSON) -> dict:
     """A probe over its passes: pooled attainment, its interval and verdict, pooled latencies,
     throughput across passes, the server's peaks (docs/method.md#capacity-decisions)."""
     records = [p.to_json() for p in passes]
@@ -138,7 +166,7 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
     saturated = any(p.saturated for p in passes)
     # A probe missed at the load actually offered missed whatever the client sent: the client's
     # lag is recorded only otherwise.
-    decision = verdict(met_slo, counted, target, saturated, any(p.client_behind for p in passes))
+    decision = verdict(met_slo, counted, target, saturated, any(p.client_behind for p in passes), rule)
     client_behind = any(p.client_behind for p in passes) and decision != "missed"
 
     def peak(key):
@@ -167,6 +195,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         else None,
         "saturated": saturated,
         "client_behind": client_behind,
+        # Undecided, and not met even had every counted request met the SLO: no evidence of met.
+        "too_few_to_meet": decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met",
         "stopped_early": len(passes) < repeats,
         "out_of_time": out_of_time and decision == "undecided",
         **{f"peak_{name}": peak(f"peak_{name}") for name in PEAKS},
@@ -187,6 +217,9 @@ def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:
         + (
             " (the client fell behind its schedule: this rate was not offered)"
             if record["client_behind"]
+            else f": {record['requests']} counted requests cannot be met by the rule even all within the SLO, so "
+            "steered as missed"
+            if record["too_few_to_meet"]
             else f", so {'met' if met else 'missed'} by its point estimate"
             if decision == "undecided"
             else ""
@@ -221,6 +254,7 @@ class Prober:
         self.api = workload[0]["api"]
         self.supply = RequestSupply(pool, load_request, seed)
         self.window = Window(settings["window_s"], settings["window_requests"])
+        self.rule = Rule.of(settings)
         # A trace workload's open-loop probes replay the trace, its clock scaled to the rate.
         arrival_s = workload_trace(workload)
         self.trace = TraceArrivals(arrival_s) if replayable(arrival_s) else None
@@ -248,7 +282,9 @@ class Prober:
             if index and self.budget.out():
                 out_of_time = True
                 break
-            settled = missed_whatever_follows(met_slo_so_far, counted_so_far, window.min_requests, target, slo_ms)
+            settled = missed_whatever_follows(
+                met_slo_so_far, counted_so_far, window.min_requests, target, slo_ms, self.rule
+            )
             measured = measure_pass(
                 self.server,
                 iter([load_request(r, index) for r in self.trace_rows]) if replay else requests,
@@ -273,11 +309,11 @@ class Prober:
             # A pass whose client fell behind can never make the probe met: no more passes.
             if (
                 last.client_behind
-                or verdict(met_slo_so_far, counted_so_far, target, last.saturated) != "undecided"
+                or verdict(met_slo_so_far, counted_so_far, target, last.saturated, rule=self.rule) != "undecided"
                 or (last.measured.run.exhausted and not replay)
             ):
                 break
-        record = probe_record(passes, repeats, target, out_of_time)
+        record = probe_record(passes, repeats, target, out_of_time, self.rule)
         record["mode"] = mode
         record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
         record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
@@ -285,10 +321,13 @@ class Prober:
         if replay:
             record["supply_exhausted"] = False  # the trace's end closes each pass
         decision = record["decision"]
-        # Undecided, a probe steers the search by its share, except where the client fell behind:
-        # a load it did not offer is no evidence that the server met it.
+        # Undecided, a probe steers the search by its share, except where the client fell behind
+        # (a load it did not offer) or too few requests were counted to be met: no evidence of met.
         met = decision == "met" or (
-            decision == "undecided" and record["attainment"] >= target and not record["client_behind"]
+            decision == "undecided"
+            and record["attainment"] >= target
+            and not record["client_behind"]
+            and not record["too_few_to_meet"]
         )
         self.progress(probe_line(f"c={int(load)}" if closed else f"{load:.2f} req/s", record, window, met))
         return Probe(load, met, record, decided=decision != "undecided", client_behind=record["client_behind"])

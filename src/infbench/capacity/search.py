@@ -28,6 +28,43 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
     return (low, high)
 
 
+def binomial_cdf(k: int, n: int, q: float) -> float:
+    """P[Binomial(n, q) <= k], summed term by term in logs."""
+    if k >= n or q <= 0:
+        return 1.0
+    if q >= 1 or k < 0:
+        return 0.0
+    log_n = math.lgamma(n + 1)
+    return min(
+        1.0,
+        sum(
+            math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(q) + (n - i) * math.log1p(-q))
+            for i in range(k + 1)
+        ),
+    )
+
+
+def early_stopping_n(t: int, p: float, c: float) -> int:
+    """MLPerf LoadGen's early stopping (loadgen/early_stopping.cc, server scenario): the fewest
+    requests n with t of them over the bound for which the p-th percentile is within it at
+    confidence c, the least n with P[Binomial(n, 1 - p) <= t] < 1 - c
+    (docs/method.md#early-stopping)."""
+    low = high = t + 1
+    while binomial_cdf(t, high, 1 - p) >= 1 - c:
+        high *= 2
+    while low < high:  # the probability falls as n grows: bisect for the least n below 1 - c
+        middle = (low + high) // 2
+        low, high = (low, middle) if binomial_cdf(t, middle, 1 - p) < 1 - c else (middle + 1, high)
+    return low
+
+
+def early_stopping_table(c: float = 0.99, percentiles=(0.99, 0.9), over=(0, 1, 2, 5, 10, 20, 50, 100)) -> str:
+    """docs/method.md's n(t) table, in Markdown: a column of early_stopping_n per percentile."""
+    rows = [f"| t | {' | '.join(f'n(t), p = {p:g}' for p in percentiles)} |", "|---:|" + "---:|" * len(percentiles)]
+    rows += [f"| {t} | {' | '.join(f'{early_stopping_n(t, p, c):,}' for p in percentiles)} |" for t in over]
+    return "\n".join(rows)
+
+
 @dataclass
 class Probe:
     """One probed load: whether its pooled attainment met the target, with everything measured."""
@@ -62,20 +99,28 @@ class SearchResult:
 
 
 def attainment_rises(probes: list[Probe]) -> list[list[float]]:
-    """Pairs [a, b] of probed loads, a < b, where attainment rose beyond both 95 % intervals:
-    the higher load's whole interval lies above the lower load's. More load never helps a
-    server meet its SLO, so any such pair says the probes measured something else (a machine
-    that slowed down between them, a warm-up that did not warm)."""
+    """Pairs [a, b] of probed loads, a < b, where attainment rose beyond both 95 % intervals
+    (the higher load's whole interval lies above the lower load's), or a was decided missed and
+    b decided met (docs/method.md#capacity-convergence). More load never helps a server meet its
+    SLO, so any such pair says the probes measured something else (a machine that slowed down
+    between them, a warm-up that did not warm)."""
     # A probe whose client fell behind was offered less than its load: it is left out.
-    measured = sorted(
-        (p.load, p.record["attainment_ci95"]) for p in probes if "attainment_ci95" in p.record and not p.client_behind
-    )
-    return [
-        [low_load, high_load]
-        for i, (low_load, low_ci) in enumerate(measured)
-        for high_load, high_ci in measured[i + 1 :]
-        if high_load > low_load and high_ci[0] > low_ci[1]
-    ]
+    offered = sorted((p for p in probes if not p.client_behind), key=lambda p: p.load)
+    rises = {
+        (low.load, high.load)
+        for i, low in enumerate(offered)
+        for high in offered[i + 1 :]
+        if high.load > low.load
+        and (
+            (low.decided and not low.met and high.decided and high.met)
+            or (
+                "attainment_ci95" in low.record
+                and "attainment_ci95" in high.record
+                and high.record["attainment_ci95"][0] > low.record["attainment_ci95"][1]
+            )
+        )
+    }
+    return [list(pair) for pair in sorted(rises)]
 
 
 def narrow_enough(low: float, high: float, integer: bool, tolerance: float) -> bool:
@@ -161,9 +206,10 @@ def search_steps(
         outcome = "ceiling_met" if passing >= ceiling else "unfinished"
     else:
         outcome = "bracketed" if narrow_enough(passing, failing, integer, tolerance) else "unfinished"
-    # The last probe of each end decides it: an undecided one leaves the bracket unproven.
+    # The last probe of each end decides it: an undecided one leaves the bracket (or the floor's
+    # miss, the ceiling's met) unproven.
     ends = [p for p in probes if p.load in (passing, failing)]
-    if outcome == "bracketed" and not all(p.decided for p in ends):
+    if outcome in ("bracketed", "none_met", "ceiling_met") and not all(p.decided for p in ends):
         outcome = "undecided"
     # A failing end the client could not send (at the floor too) was never offered to the server.
     if failing is not None and any(p.client_behind for p in probes if p.load == failing):

@@ -1,6 +1,7 @@
 """How a capacity search's results are worded, shared by the capacity package (which states its
 checks in these words) and the report (which shows them): the ways a search ends, what would
-fix each, the share of a window a client may fall behind by, and a load or capacity as text."""
+fix each, the share of a window a client may fall behind by, the rule that decides a probe,
+and a load or capacity as text."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ OUTCOME_FIXES = {
     "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
     "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
-    "undecided": "raise capacity.repeats or capacity.window_s (more counted requests narrow the interval)",
+    "undecided": "raise capacity.repeats, capacity.window_s or capacity.window_requests (more counted requests "
+    "narrow the interval; a probe too few to be met needs them)",
     "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
     "client process, which on a machine whose cores the engine uses shares them",
     "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
@@ -52,11 +54,39 @@ def load_text(mode: str, load) -> str:
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
+def undecided_ends(search: dict) -> list[bool]:
+    """[passing, failing]: whether each end of the bracket is a load its last probe left undecided."""
+    last = {probe["load"]: probe for probe in search.get("probes", [])}  # the last probe of a load decides it
+    ends = (search["capacity"], search["first_failing"])
+    return [end is not None and not last.get(end, {}).get("decided", True) for end in ends]
+
+
+def undecided_bound(mode: str, search: dict) -> str | None:
+    """A bracket with an undecided end as the bound its decided end gives, without an interval
+    (docs/method.md#capacity-convergence); None where both ends were decided."""
+    passing, failing = search["capacity"], search["first_failing"]
+    shaky = undecided_ends(search)
+    if not any(shaky):
+        return None
+    if shaky == [True, False] and failing is not None:
+        bound = load_text(mode, failing - 1 if mode == "concurrency" else failing)  # a rate: at most the missed
+        text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
+    elif shaky == [False, True] and passing is not None:
+        text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
+    elif all(shaky):
+        text = f"undecided between {load_text(mode, passing)} and {load_text(mode, failing)} (neither was decided)"
+    else:
+        text = f"undecided ({load_text(mode, passing if failing is None else failing)} was not decided, the only end)"
+    return text + (" (capacity.max_search_s ran out)" if search["outcome"] == "out_of_time" else "")
+
+
 def capacity_text(mode: str, search: dict) -> str:
     """The capacity, a lower bound where the search's ceiling itself met the SLO (nothing above
     it was tested): capacity.max_concurrency, or for rate the most requests per second a
-    closed-loop probe completed, the highest rate probed."""
+    closed-loop probe completed, the highest rate probed; a bound where an end is undecided."""
     text = load_text(mode, search["capacity"])
+    if search["outcome"] != "client_limited" and undecided_bound(mode, search):
+        return undecided_bound(mode, search)
     if search["outcome"] == "client_limited":
         untested = load_text(mode, search["first_failing"])
         if search["capacity"] is None:
@@ -77,4 +107,22 @@ def capacity_text(mode: str, search: dict) -> str:
         return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
     return (
         f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
+    )
+
+
+def rule_text(rule: dict | None, target: float) -> str:
+    """How the probes were decided (capacity.json's decision_rule; absent: Wilson, the rule
+    before there was a choice) and why that rule (docs/method.md#capacity-decisions,
+    #early-stopping)."""
+    if rule and rule["name"] == "early_stopping":
+        return (
+            f"A load is served when MLPerf LoadGen's early-stopping rule says, at confidence {rule['confidence']:g}, "
+            f"that at least {100 * target:g} % of requests meet the SLO: its counted requests are at least n(t) for "
+            "the t of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
+            "early_stopping, the rule MLPerf decides a percentile latency bound by)."
+        )
+    return (
+        f"A load is served when the 95 % Wilson interval of its share of requests meeting it lies at or above "
+        f"{100 * target:g} % (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
+        "which the default run's time budget rests on; early_stopping is MLPerf's rule, which needs more)."
     )

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, capacity_text, load_text
+from infbench.core.capacity_terms import (
+    LAG_GROWTH_BEHIND,
+    OUTCOME_FIXES,
+    capacity_text,
+    load_text,
+    rule_text,
+    undecided_bound,
+)
 from infbench.report.figures import figure
 from infbench.report.tables import fmt
 
@@ -67,7 +74,8 @@ def search_rows(capacity: dict) -> list[dict]:
             {
                 "search": name,
                 "SLO capacity": capacity_text(mode, search),
-                "fitted capacity": estimate_text(mode, search.get("estimate")),
+                # An undecided end: the bound, not an interval the probes cannot back.
+                "fitted capacity": undecided_bound(mode, search) or estimate_text(mode, search.get("estimate")),
                 "last passing probe": probe_text(mode, probes.get(search["capacity"])),
                 "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
                 "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
@@ -127,6 +135,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                     "decision": (
                         "not offered (the client fell behind its schedule)"
                         if probe.get("client_behind")
+                        else "undecided (too few requests to be met: steered as missed)"
+                        if probe.get("too_few_to_meet")
                         else probe["decision"]
                         if probe["decision"] != "undecided"
                         else f"undecided ({'met' if probe['met'] else 'missed'} by its point estimate)"
@@ -246,7 +256,7 @@ def attainment_figure(capacity: dict, mode: str):
         draw,
         frame,
         f"Each point a probe: the share of its counted requests that met every SLO, with its 95 % Wilson "
-        f"interval; blue met (interval at or above the target), red missed (below it, or the server saturated: its "
+        f"interval; blue met, red missed (by the decision rule above, or the server saturated: its "
         f"queue grew), grey undecided (among them any rate the client fell behind, which the fit leaves out). "
         f"The line is the non-increasing fit the capacity and its interval are read from; the dashed line is "
         f"the target, {100 * target:g} %.",
@@ -275,6 +285,7 @@ def view(capacity: dict | None) -> dict | None:
     window = capacity["settings"]
     return {
         "target": target,
+        "rule": rule_text(capacity.get("decision_rule"), capacity["attainment_target"]),
         "slo": [(metric.upper(), limit) for metric, limit in capacity["slo_ms"].items()],
         "predicted": {
             "value": predicted["value"],

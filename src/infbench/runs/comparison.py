@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
-from infbench.core.capacity_terms import as_number
+from infbench.core.capacity_terms import ABOVE, BELOW, as_number, undecided_ends
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
 from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
@@ -229,17 +229,49 @@ LOWER, HIGHER = "lower", "higher"
 CAPACITY_METHOD = (
     "each run's fitted SLO capacity with its 95 % bootstrap interval (capacity.json, estimate): lower when "
     "the candidate's whole interval lies below the baseline's, higher when above, no difference detected when "
-    "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 %), no interval where either "
-    "capacity lies outside its probed range"
+    "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 %); an end outside the probed "
+    "range as the bound it is (above the highest probe: at least it; below the lowest: at most it), so two runs "
+    "at one ceiling show no difference; a bracket with an undecided end as the bound its decided end gives, "
+    "not its fitted interval; no interval where a run measured no capacity"
 )
 
 
-def capacity_verdict(baseline: dict, candidate: dict) -> str:
-    """CAPACITY_METHOD, from two estimates (capacity.estimate.capacity_estimate)."""
-    if any(not isinstance(e["value"], (int, float)) for e in (baseline, candidate)):
+def capacity_bounds(estimate: dict) -> tuple[float, float]:
+    """An estimate's 95 % interval as numbers, an end off the probed range as the bound it gives:
+    "above" at least the highest probe (no upper bound), "below" at most the lowest."""
+    low, high = estimate["ci95"]
+    return (
+        estimate.get("highest_probe", BELOW) if low == "above" else as_number(low),
+        estimate.get("lowest_probe", ABOVE) if high == "below" else as_number(high),
+    )
+
+
+def search_bounds(mode: str, search: dict) -> tuple[float, float] | None:
+    """A search's capacity as numbers: where an end of its bracket is undecided, the bound the
+    decided end gives (core/capacity_terms.undecided_bound: at least the met load, at most the
+    one below the missed; neither decided: no bound), else its estimate's (capacity_bounds);
+    None where it measured no capacity."""
+    if search.get("outcome") != "client_limited" and "capacity" in search:
+        passing, failing = search["capacity"], search["first_failing"]
+        shaky = undecided_ends(search)
+        if shaky == [False, True] and passing is not None:
+            return passing, ABOVE
+        if shaky == [True, False] and failing is not None:
+            return BELOW, failing - 1 if mode == "concurrency" else failing
+        if any(shaky):
+            return BELOW, ABOVE
+    estimate = search.get("estimate")
+    if not estimate or estimate["value"] is None or not estimate["ci95"]:
+        return None
+    return capacity_bounds(estimate)
+
+
+def capacity_verdict(baseline: tuple[float, float] | None, candidate: tuple[float, float] | None) -> str:
+    """CAPACITY_METHOD, from two searches' bounds (search_bounds)."""
+    if baseline is None or candidate is None:
         return NO_INTERVAL
-    base_low, base_high = map(as_number, baseline["ci95"])
-    low, high = map(as_number, candidate["ci95"])
+    base_low, base_high = baseline
+    low, high = candidate
     if high < base_low:
         return LOWER
     if low > base_high:
@@ -256,7 +288,7 @@ def unjudged(capacity: dict) -> str:
             f"the {' and '.join(limited)}'s capacity is a lower bound, the client could not send the load above it, "
             "so it cannot be judged"
         )
-    return "a capacity outside its probed range cannot be judged"
+    return "a run that measured no capacity cannot be judged"
 
 
 def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: dict[str, str]) -> list[dict]:
@@ -287,7 +319,7 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
                         "ci95": cand_estimate["ci95"],
                         "outcome": cand_search.get("outcome"),
                     },
-                    "verdict": capacity_verdict(base_estimate, cand_estimate),
+                    "verdict": capacity_verdict(search_bounds(mode, base_search), search_bounds(mode, cand_search)),
                 }
             )
     return rows
