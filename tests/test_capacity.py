@@ -81,7 +81,12 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
         "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
         "max_search_s": 300,
     }  # fmt: skip
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
+    load_settings = {
+        "burstiness": 1.0,
+        "warmup": False,
+        "metrics_interval_s": 0.05,
+        "slo_ms": {"ttft": 1000, "tpot": 45},
+    }
     pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
             for i in range(300)]  # fmt: skip
     record = searched(tmp_path, schedule, pool, settings, load_settings)
@@ -117,8 +122,13 @@ def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(
         "window_requests": 16, "repeats": 2, "start_concurrency": 2, "max_concurrency": 16, "max_probes": 8,
         "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1, "max_search_s": 300,
     }  # fmt: skip
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
-    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
+    load_settings = {
+        "burstiness": 1.0,
+        "warmup": False,
+        "metrics_interval_s": 0.05,
+        "slo_ms": {"ttft": 1000, "tpot": 45},
+    }
+    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"}
             for i in range(600)]  # fmt: skip
     record = searched(tmp_path, schedule, pool, settings, load_settings)
     assert record["decision_rule"] == {"name": "early_stopping", "confidence": 0.99}

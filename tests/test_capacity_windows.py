@@ -5,6 +5,7 @@ and an open loop held above the server's throughput is called saturated."""
 import asyncio
 import time
 
+import httpx
 import pytest
 from conftest import check_probes, searched
 from timing import SchedulingJitter
@@ -109,11 +110,16 @@ def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
     # 34 ms SLO up to c = 7 (32 ms), over it from c = 8 (36 ms).
     schedule = Schedule(ttft_ms=20, itl_ms=4, itl_ms_per_running=4, max_num_seqs=64)
     settings = {
-        "attainment": 0.9, "window_s": 0.3, "window_requests": 20, "repeats": 1, "start_concurrency": 2,
+        "attainment": 0.9, "window_s": 0.3, "window_requests": 40, "repeats": 1, "start_concurrency": 2,
         "max_concurrency": 32, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 2,
         "max_search_s": 300,
     }  # fmt: skip
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 34}}
+    load_settings = {
+        "burstiness": 1.0,
+        "warmup": False,
+        "metrics_interval_s": 0.05,
+        "slo_ms": {"ttft": 150, "tpot": 34},
+    }
     pool = [{**row, "max_tokens": 8, "api": "completions"} for row in ROWS * 4]
     pool = [{**row, "id": f"{row['id']}-{i}"} for i, row in enumerate(pool)]
     lines = []
@@ -149,11 +155,16 @@ def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_i
     # TPOT about 2 + 2c ms: under the 17 ms SLO up to c = 7, over it from c = 8.
     schedule = Schedule(ttft_ms=10, itl_ms=2, itl_ms_per_running=2, max_num_seqs=64)
     settings = {
-        "attainment": 0.9, "window_s": 0.3, "window_requests": 20, "repeats": 1, "start_concurrency": 4,
+        "attainment": 0.9, "window_s": 0.3, "window_requests": 40, "repeats": 1, "start_concurrency": 4,
         "max_concurrency": 16, "max_probes": 3, "tolerance": 0.0, "rate": True, "min_rate": 0.1, "searches": 1,
         "max_search_s": 300,
     }  # fmt: skip
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 17}}
+    load_settings = {
+        "burstiness": 1.0,
+        "warmup": False,
+        "metrics_interval_s": 0.05,
+        "slo_ms": {"ttft": 150, "tpot": 17},
+    }
     pool = [{**row, "max_tokens": 8, "api": "completions", "id": f"{row['id']}-{i}"} for i, row in enumerate(ROWS * 8)]
     record = searched(tmp_path, schedule, pool, settings, load_settings)
     search, rate = record["concurrency"], record["request_rate"]
@@ -185,8 +196,8 @@ def test_a_rate_the_client_cannot_send_is_never_met(tmp_path):
     its schedule."""
     schedule = Schedule(ttft_ms=0, itl_ms=0, max_num_seqs=4096, num_blocks=1 << 20)
     rows = [{**row, "id": f"{row['id']}-{i}", "max_tokens": 2, "api": "completions"} for i, row in enumerate(ROWS * 40)]
-    settings = {"attainment": 0.9, "window_s": 0.3, "window_requests": 10, "repeats": 3}
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 60_000}}
+    settings = {"attainment": 0.9, "window_s": 0.3, "window_requests": 40, "repeats": 3}
+    load_settings = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 60_000}}
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
         prober = Prober(server, rows, rows, settings, load_settings, seed=0, timeout_s=5, progress=lambda line: None)
         slow, fast = prober.probe("request_rate", 20.0), prober.probe("request_rate", 20_000.0)
@@ -209,7 +220,12 @@ def test_a_window_waiting_only_on_its_request_count_ends_once_the_probe_is_misse
     schedule = Schedule(ttft_ms=5, itl_ms=10, max_num_seqs=8)
     rows = [{**row, "max_tokens": 4, "api": "completions"} for row in ROWS]
     settings = {"attainment": 0.9, "window_s": 0.1, "window_requests": 40, "repeats": 3}
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 5}}
+    load_settings = {
+        "burstiness": 1.0,
+        "warmup": False,
+        "metrics_interval_s": 0.05,
+        "slo_ms": {"ttft": 1000, "tpot": 5},
+    }
     lines = []
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
         prober = Prober(server, rows, rows, settings, load_settings, seed=0, timeout_s=5, progress=lines.append)
@@ -228,6 +244,33 @@ def test_a_window_waiting_only_on_its_request_count_ends_once_the_probe_is_misse
     assert not whole["settled_early"] and whole["requests"] == 40 and meeting.record["decision"] == "met"
     records = [probe.record | {"met": probe.met, "decided": probe.decided} for probe in (missing, meeting)]
     check_probes(records, settings, 0.9)
+
+
+def test_a_probe_warms_its_load_untimed_before_its_first_pass(tmp_path):
+    """With load.warmup, a probe at c=4 first sends 4 requests cut to WARMUP_MAX_TOKENS, counted
+    in no pass: the server's next request id is the warm-up's and the passes' sent, no more;
+    without it the passes' sent alone."""
+    schedule = Schedule(ttft_ms=2, itl_ms=1, max_num_seqs=8)
+    rows = [{**row, "max_tokens": 4, "api": "completions"} for row in ROWS]
+    settings = {"attainment": 0.9, "window_s": 0.05, "window_requests": 40, "repeats": 1}
+    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000}}
+    sent_before = []
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        for warmup in (True, False):
+            prober = Prober(
+                server, rows, rows, settings, {**load_settings, "warmup": warmup}, seed=0, timeout_s=5,
+                progress=lambda line: None,
+            )  # fmt: skip
+            probe = prober.probe("concurrency", 4)
+            answer = httpx.post(
+                f"{server.base_url}/v1/completions", json={"model": "m", "prompt": "a", "max_tokens": 1}
+            )
+            sent_before.append((probe.record, int(answer.json()["id"].removeprefix("ref-"))))
+    (warmed, next_id), (cold, last_id) = sent_before
+    assert warmed["warmup_requests"] == 4 and cold["warmup_requests"] == 0
+    assert next_id == 4 + warmed["sent"]
+    assert last_id == next_id + 1 + cold["sent"]
+    assert warmed["requests"] == warmed["pass_records"][0]["requests"] >= 40
 
 
 def test_a_window_settles_only_where_every_outcome_of_the_rest_misses_and_closing_keeps_the_miss():
@@ -271,7 +314,7 @@ def test_a_search_out_of_time_closes_its_open_window_with_what_it_counted_and_st
         "max_concurrency": 4, "max_probes": 4, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
         "max_search_s": 0.8,
     }  # fmt: skip
-    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000}}
+    load_settings = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000}}
     pool = [{**row, "api": "completions"} for row in ROWS]
     lines = []
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server, SchedulingJitter() as jitter:

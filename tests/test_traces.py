@@ -163,9 +163,10 @@ def test_a_mooncake_trace_through_the_workload_shares_prompt_blocks_where_its_id
 def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path, tiny_model):
     """The reference server as the endpoint (what is under test is the replay, not vLLM): the
     trace levels' schedules are the trace's arrivals over each scale, and the rate search's
-    probes replay the trace at rate / the trace's rate."""
+    probes replay the trace at rate / the trace's rate. Sixty requests: the trace is the pool, and
+    a probe at c=2 needs 35 or more counted, all within the SLO, to be met and seed the rate search."""
     workdir = copy_checkout(tmp_path / "project")
-    trace = [{"timestamp_s": i * 0.25, "input_length": 20, "output_length": 4} for i in range(12)]
+    trace = [{"timestamp_s": i * 0.05, "input_length": 20, "output_length": 4} for i in range(60)]
     write_jsonl(workdir / "trace.jsonl", trace)
     with ReferenceServer("served", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=5)) as server:
         config = tiny_config(
@@ -177,12 +178,12 @@ def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path
                   "trace_scales": [1.0, 2.0], "repeats": 1},
             capacity={"start_concurrency": 2, "max_concurrency": 2, "rate": True, "max_probes": 2},
         )  # fmt: skip
-        config["workload"].update(source="trace", trace={"path": "trace.jsonl", "num_requests": 12})
+        config["workload"].update(source="trace", trace={"path": "trace.jsonl", "num_requests": 60})
         write_config(workdir, config)
         snakemake(workdir, "--cores", "2")
     results = workdir / "results/tiny"
     summary = read_json(results / "workload_summary.json")
-    assert summary["source"]["kind"] == "trace" and summary["source"]["rate"] == pytest.approx(4.0)
+    assert summary["source"]["kind"] == "trace" and summary["source"]["rate"] == pytest.approx(20.0)
     assert summary["provenance"]["inputs"]["workload.trace"] == summary["source"]["sha256"]
     load = read_json(results / "load.json")
     validate(load, "load")
@@ -190,16 +191,17 @@ def test_the_pipeline_replays_a_trace_and_its_capacity_search_scales_it(tmp_path
     assert [level["trace_scale"] for level in traced] == [1.0, 2.0]
     for level in traced:
         requests = level["repeats"][0]["requests"]
-        assert len(requests) == 12 and level["failed"] == 0
+        assert len(requests) == 60 and level["failed"] == 0
         assert [r["scheduled_s"] for r in requests] == pytest.approx(
             [t["timestamp_s"] / level["trace_scale"] for t in trace]
         )
     capacity = read_json(results / "capacity.json")
     rate = capacity["request_rate"]
-    assert rate["trace_rate"] == pytest.approx(4.0)
+    assert capacity["concurrency"]["capacity"] == 2, capacity["concurrency"]["probes"]
+    assert rate["trace_rate"] == pytest.approx(20.0)
     for probe in rate["probes"]:
-        assert probe["trace_scale"] == pytest.approx(probe["load"] / 4.0)
-        assert all(one["sent"] == 12 for one in probe["pass_records"])  # the trace once a pass, no more
+        assert probe["trace_scale"] == pytest.approx(probe["load"] / 20.0)
+        assert all(one["sent"] == 60 for one in probe["pass_records"])  # the trace once a pass, no more
     report = (workdir / "results/report.html").read_text()
     assert "replayed at their arrival times" in report and "replays the workload's trace" in report
 

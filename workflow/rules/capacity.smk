@@ -23,7 +23,7 @@ rule capacity:
         engine=config["engine"],
         server=config["server"],
         # Only what the search uses, so that changing the sweep's levels does not rerun it.
-        load={key: config["load"][key] for key in ("burstiness", "metrics_interval_s", "slo_ms")},
+        load={key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")},
         capacity=config["capacity"],
         cost=config["cost"],
         seed=config["seed"],

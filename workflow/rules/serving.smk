@@ -116,7 +116,7 @@ rule tuning:
         engine=config["engine"],
         server=config["server"],
         # Only what tuning uses, so a load-sweep change does not rerun the grid.
-        load={key: config["load"][key] for key in ("burstiness", "metrics_interval_s", "slo_ms")},
+        load={key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")},
         tuning=config["tuning"],
         capacity=config["capacity"],
         seed=config["seed"],

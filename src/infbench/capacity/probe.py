@@ -7,6 +7,7 @@ is up (`TimeBudget`). See docs/method.md#capacity-windows, #capacity-decisions,
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, replace
 
@@ -16,8 +17,9 @@ from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
-from infbench.serving.client import load_request
-from infbench.serving.window import MeasuredPass, RequestSupply, Window, measure_pass
+from infbench.serving.client import cycle_requests, load_request, run_level
+from infbench.serving.sweep import Level, warmup_requests
+from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ class Prober:
         self.server, self.settings, self.load_settings = server, settings, load_settings
         self.seed, self.timeout_s, self.progress = seed, timeout_s, progress
         self.budget = budget or TimeBudget()
-        self.api = workload[0]["api"]
+        self.workload, self.api = workload, workload[0]["api"]
         self.supply = RequestSupply(pool, load_request, seed)
         self.window = Window(settings["window_s"], settings["window_requests"])
         self.rule = Rule.of(settings)
@@ -259,6 +261,21 @@ class Prober:
         arrival_s = workload_trace(workload)
         self.trace = TraceArrivals(arrival_s) if replayable(arrival_s) else None
         self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
+
+    def warm_up(self, concurrency: int | None) -> int:
+        """Before a probe's first pass, untimed, as `serve` warms a level: its first requests cut
+        short (docs/method.md#warm-ups); how many were sent."""
+        level = Level(concurrency, api=self.api)
+        warm = warmup_requests(cycle_requests(self.workload, concurrency or 1), level)
+        run = asyncio.run(
+            run_level(
+                self.server.base_url, self.server.served_name, warm, concurrency=len(warm), arrivals=None,
+                seed=self.seed, interval_s=self.load_settings["metrics_interval_s"], timeout_s=self.timeout_s,
+                api=self.api, api_key=self.server.api_key, scrape_metrics=False,
+            )
+        )  # fmt: skip
+        ensure_alive(self.server, f"the warm-up at {level.label}", run.results)
+        return len(warm)
 
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
         """Windowed passes at `load` until the verdict is met or missed, the client fell behind,
@@ -275,6 +292,7 @@ class Prober:
         window = window or self.window
         requests = None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load_settings["slo_ms"], self.settings["repeats"]
+        warmed = self.warm_up(int(load) if closed else None) if self.load_settings["warmup"] else 0
         passes: list[PassRecord] = []
         met_slo_so_far = counted_so_far = 0  # pooled over the passes so far
         out_of_time = False
@@ -318,6 +336,7 @@ class Prober:
         record["trace_scale"] = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
         record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
         record["trace_replay"] = replay
+        record["warmup_requests"] = warmed
         if replay:
             record["supply_exhausted"] = False  # the trace's end closes each pass
         decision = record["decision"]
