@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, reproducibility
+from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, repeatability
 from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
 from infbench.capacity.probe import WILSON, PassRecord, Rule, verdict
 from infbench.capacity.search import (
@@ -458,15 +458,15 @@ def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
     def estimate(value, low, high):
         return {"value": value, "ci95": [low, high]}
 
-    agree = reproducibility([estimate(44, 38, 51), estimate(47, 40, 55)])
+    agree = repeatability([estimate(44, 38, 51), estimate(47, 40, 55)])
     assert (agree["status"], agree["spread"]) == ("pass", 3)
     # Neighbours overlapping is not enough: the first and the third do not.
-    apart = reproducibility([estimate(30, 28, 33), estimate(36, 32, 40), estimate(42, 39, 45)])
+    apart = repeatability([estimate(30, 28, 33), estimate(36, 32, 40), estimate(42, 39, 45)])
     assert (apart["status"], apart["spread"]) == ("fail", 12) and "do not all overlap" in apart["detail"]
     # An interval's end beyond the probed range is an infinity: [40, above] shares [52, 64].
-    open_ended = reproducibility([estimate(47, 40, "above"), estimate(58, 52, 64)])
+    open_ended = repeatability([estimate(47, 40, "above"), estimate(58, 52, 64)])
     assert (open_ended["status"], open_ended["spread"]) == ("pass", 11)
-    ceiling = reproducibility([estimate("above", 60, "above"), estimate(58, 50, 64)])
+    ceiling = repeatability([estimate("above", 60, "above"), estimate(58, 50, 64)])
     assert ceiling["status"] == "not_available" and ceiling["spread"] is None
 
 
@@ -518,11 +518,11 @@ def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is(
 def test_the_report_lists_whether_independent_searches_agree():
     from infbench.capacity.checks import capacity_checks
 
-    disagree = reproducibility([{"value": 30, "ci95": [28, 33]}, {"value": 42, "ci95": [39, 45]}])
-    checks = capacity_checks({"reproducibility": disagree})
-    agreement = next(c for c in checks if c["name"] == "independent searches agree")
+    disagree = repeatability([{"value": 30, "ci95": [28, 33]}, {"value": 42, "ci95": [39, 45]}])
+    checks = capacity_checks({"repeatability": disagree})
+    agreement = next(c for c in checks if c["name"] == "interleaved searches agree")
     assert (agreement["status"], agreement["value"]) == ("fail", 12)
-    assert not any(c["name"] == "independent searches agree" for c in capacity_checks({}))
+    assert not any(c["name"] == "interleaved searches agree" for c in capacity_checks({}))
 
 
 def test_the_cap_judged_by_is_the_configs_where_it_sets_one():

@@ -130,7 +130,7 @@ def test_two_interleaved_searches_find_the_planted_capacity_and_agree(tmp_path):
     for one in searches:
         assert one["capacity"] in (6, 7) and one["first_failing"] == one["capacity"] + 1, lines
     assert lines[0].startswith("search 1/2: ") and lines[1].startswith("search 2/2: ")  # turn by turn
-    agreement = record["reproducibility"]
+    agreement = record["repeatability"]
     assert agreement["status"] == "pass" and agreement["values"] == [s["estimate"]["value"] for s in searches]
 
 

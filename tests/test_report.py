@@ -357,7 +357,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "settled_early": "in this run: c=1",
         "out_of_time": "in this run: the concurrency search after 301 s",
         "estimate_method": "a fit",
-        "reproducibility": None,
+        "repeatability": None,
         "summary": pd.DataFrame(),
         "figures": [],
         "probes": pd.DataFrame(),
@@ -398,7 +398,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
     }
     agreeing = {
         **capacity,
-        "reproducibility": {"detail": "2 interleaved searches: 44 [38, 51], 47 [40, 55]", "spread": 3},
+        "repeatability": {"detail": "2 interleaved searches: 44 [38, 51], 47 [40, 55]", "spread": 3},
     }
     for name, view in (("capacity", capacity), ("capacity", agreeing), ("serve", serve)):
         html = env.get_template(f"sections/{name}.html.j2").render(v=view)

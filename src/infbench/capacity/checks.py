@@ -1,6 +1,6 @@
 """The SLO capacity stage's validity checks, stored in capacity.json: each search converged,
 its attainment fell as load rose, the KV-limited concurrency lies within the bounds a full pool
-sets, the rate search's client kept its schedule, and independent searches agree."""
+sets, the rate search's client kept its schedule, and interleaved searches agree."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def client_kept_schedule(search: dict) -> dict:
 
 
 def capacity_checks(record: dict) -> list[dict]:
-    """The checks of a capacity record (its `concurrency`, `request_rate` and `reproducibility`,
+    """The checks of a capacity record (its `concurrency`, `request_rate` and `repeatability`,
     each where it ran), in the shape every artifact's `checks` take (core/checks.py)."""
     checks = []
     for mode in ("concurrency", "request_rate"):
@@ -76,9 +76,9 @@ def capacity_checks(record: dict) -> list[dict]:
         if search:
             checks += [converged(mode, search), attainment_falls(mode, search)]
             checks.append(kv_limit_within_bounds(search) if mode == "concurrency" else client_kept_schedule(search))
-    agreement = record.get("reproducibility")
+    agreement = record.get("repeatability")
     if agreement:
         checks.append(
-            check("independent searches agree", agreement["status"], agreement["spread"], agreement["detail"])
+            check("interleaved searches agree", agreement["status"], agreement["spread"], agreement["detail"])
         )
     return checks

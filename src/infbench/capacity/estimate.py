@@ -1,7 +1,7 @@
 """A capacity with error bars, from every probe of a search rather than the last passing one:
 attainment against load fitted non-increasing, the capacity where the fit falls to the target,
 its 95 % interval by a parametric bootstrap widened to the probed loads the fit crosses
-between and held to the probes' own decisions, and whether independent searches agree. See
+between and held to the probes' own decisions, and whether interleaved searches agree. See
 docs/method.md#capacity-estimate.
 """
 
@@ -105,8 +105,8 @@ def capacity_estimate(
     }
 
 
-def reproducibility(estimates: list[dict]) -> dict:
-    """Do independent searches agree? Their capacities' 95 % intervals must share a point
+def repeatability(estimates: list[dict]) -> dict:
+    """Do interleaved searches (one server, one run) agree? Their capacities' 95 % intervals must share a point
     (for intervals on a line, every pair overlapping is the same): pass, else fail; not
     available where a capacity lies outside its probed range. The spread is the largest
     capacity less the smallest."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from infbench.capacity.estimate import capacity_estimate, reproducibility
+from infbench.capacity.estimate import capacity_estimate, repeatability
 from infbench.capacity.probe import Prober, Rule, TimeBudget
 from infbench.capacity.search import Probe, binding_limit, interleaved, search
 from infbench.core.metrics import MS
@@ -66,14 +66,14 @@ def search_capacity(
     progress=print,
 ) -> dict:
     """The concurrency search (seeded by the KV prediction; with capacity.searches > 1, that many
-    independent searches taking turns, each on its own share of the pool, and whether their
+    searches taking turns, each on its own share of the pool, and whether their
     capacities agree), then the rate search (seeded by the request rate served at the
     concurrency capacity, up to the highest completion rate), each with its capacity estimate
     and interval and the limit that binds it."""
     count = settings["searches"]
     # The searches that take turns share one time budget, as they share the server.
     budget = TimeBudget(settings["max_search_s"])
-    # capacity.searches > 1: independent searches, each on its own share of the pool, interleaved.
+    # capacity.searches > 1: searches on disjoint shares of the pool, interleaved on one server.
     probers = [
         Prober(
             server,
@@ -144,7 +144,7 @@ def search_capacity(
     }
     if others:
         found["concurrency_searches"] = [search_record("concurrency", other, seconds) for other in others]
-        found["reproducibility"] = reproducibility(
+        found["repeatability"] = repeatability(
             [found["concurrency"]["estimate"], *(other["estimate"] for other in found["concurrency_searches"])]
         )
     if settings["rate"]:

@@ -326,6 +326,6 @@ def view(capacity: dict | None) -> dict | None:
         if capacity.get("request_rate")
         else None,
         "estimate_method": capacity["concurrency"]["estimate"]["method"],
-        "reproducibility": capacity.get("reproducibility"),
+        "repeatability": capacity.get("repeatability"),
         "probes": probe_table(capacity),
     }
