@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -44,6 +46,34 @@ class RequestResult:
         record = asdict(self)
         record["tpot"] = self.tpot
         return record
+
+
+def failure_cause(error: str | None) -> str:
+    """A failed request's cause as the report groups them, from its recorded error: its HTTP
+    status, a timeout (server.request_timeout_s), a malformed stream (a reply the client could
+    not read as server-sent events with a choice), else the error's type."""
+    text = error or ""
+    status = re.search(r"\b(?:HTTP|Error code:) (\d{3})\b", text)
+    if status:
+        return f"HTTP {status.group(1)}"
+    if text.startswith(("TimeoutError", "APITimeoutError")):
+        return "timeout"
+    if text.startswith("MalformedStream"):
+        return "malformed stream"
+    return text.split(":", 1)[0] or "unknown"
+
+
+def failures_by_cause(results: list[RequestResult]) -> dict[str, int]:
+    """Failed requests counted by failure_cause, the most common first."""
+    return dict(Counter(failure_cause(r.error) for r in results if not r.success).most_common())
+
+
+def failures_text(results: list[RequestResult]) -> str:
+    """e.g. "4 of 6 requests failed: 2 HTTP 500, 1 timeout, 1 malformed stream"."""
+    causes = failures_by_cause(results)
+    failed = sum(causes.values())
+    listed = ", ".join(f"{count} {cause}" for cause, count in causes.items())
+    return f"{failed} of {len(results)} requests failed" + (f": {listed}" if listed else "")
 
 
 def tpot(e2el: float, ttft: float, output_tokens: int) -> float | None:

@@ -78,7 +78,7 @@ def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
                 # A percentile the pooled sample cannot support is left blank, not shown as if it meant something.
                 supported = q in support[metric]["supported"]
                 row[f"p{q} {metric} ms"] = level[f"p{q}_{metric}_ms"] if supported else None
-        row["failed"] = level["failed"]
+        row["failed"] = failed_cell(level)
         # The largest client_ceiling value of the level's passes: the share of one core it needed.
         shares = [c["value"] for r in level["repeats"] for c in r["checks"] if c["name"] == "client_ceiling"]
         row["client load %"] = max(shares) * 100
@@ -90,6 +90,15 @@ def level_table(levels: list[dict], tail: int) -> pd.DataFrame:
     percentiles = [c for c in table.columns if c.startswith(("p90 ", f"p{tail} "))]
     table[percentiles] = table[percentiles].astype(float)
     return table
+
+
+def failed_cell(level: dict) -> int | str:
+    """A level's failed requests with their causes, e.g. "6 (2 HTTP 500, 2 timeout)"; the count
+    alone where none failed or the run predates the causes."""
+    causes = level.get("failed_by_cause")
+    if not causes:
+        return level["failed"]
+    return f"{level['failed']} ({', '.join(f'{count} {cause}' for cause, count in causes.items())})"
 
 
 def sweep_figures(levels: list[dict], table: pd.DataFrame, tail: int) -> list:

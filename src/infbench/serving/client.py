@@ -125,6 +125,10 @@ def streamed_result(request: LoadRequest, api: str, started: float, arrived: lis
     return StreamedResult(result, "".join(text), started)
 
 
+class MalformedStream(Exception):
+    """A reply the client could not read as server-sent events with a choice."""
+
+
 async def stream_request(
     client: openai.AsyncOpenAI, model: str, request: LoadRequest, api: str = "completions"
 ) -> StreamedResult:
@@ -149,7 +153,10 @@ async def stream_request(
                 await response.aclose()
         if complete_event(buffer):  # a last event the server did not end with a blank line
             arrived.append((now, [buffer]))
-        return streamed_result(request, api, started, arrived)
+        try:
+            return streamed_result(request, api, started, arrived)
+        except (ValueError, AttributeError, TypeError, RuntimeError) as error:
+            raise MalformedStream(f"{type(error).__name__}: {error}") from None
     except Exception as error:  # a failed request is data: counted, not fatal
         if isinstance(error, TimeoutError):
             error = TimeoutError(f"no whole answer within {client.timeout} s (server.request_timeout_s)")

@@ -7,7 +7,7 @@ import os
 import statistics
 
 from infbench.core.checks import check, not_available
-from infbench.core.metrics import MS
+from infbench.core.metrics import MS, failures_text
 from infbench.serving.client import LevelRun
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation
@@ -164,9 +164,7 @@ def validity_checks(
 ) -> list[dict]:
     results = [s.result for s in run.results]
     failed = sum(not r.success for r in results)
-    checks = [
-        check("failed_requests", "fail" if failed else "pass", failed, f"{failed} of {len(results)} requests failed")
-    ]
+    checks = [check("failed_requests", "fail" if failed else "pass", failed, failures_text(results))]
     if run.window is not None:
         checks.append(steady_window_check(run))
     done = [s for s in run.results if s.result.success]

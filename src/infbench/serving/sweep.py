@@ -13,11 +13,11 @@ import openai
 
 from infbench.core import study_figures
 from infbench.core.checks import STATUS_RANK, check
-from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, goodput, meets_slo
+from infbench.core.metrics import MS, PERCENTILES, aggregate, distribution, failures_by_cause, goodput, meets_slo
 from infbench.core.stats import median_interval, percentile_needs, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.server_metrics import MetricsSeries
-from infbench.engines.vllm_server import VLLMServer
+from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, load_request, run_level, trace_requests
 from infbench.serving.client_cost import ClientCost
@@ -33,6 +33,27 @@ from infbench.serving.window import RequestSupply, Window, ensure_alive, level_r
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
 
 
+def readable_completion(client: openai.OpenAI, url: str, **body):
+    """A non-streamed completion the openai client could read, with a choice and usage; an
+    endpoint's reply it cannot read ends the stage with one line naming that reply."""
+    try:
+        response = client.completions.create(**body)
+    except openai.APIStatusError as error:
+        raise ServerError(
+            f"{url} answered the study's request with HTTP {error.status_code}: {error.message}"
+        ) from None
+    except (openai.APIResponseValidationError, ValueError) as error:
+        raise ServerError(
+            f"{url} answered the study's request with a reply that is not a completion: {error}"
+        ) from None
+    if not isinstance(response, openai.types.Completion) or not response.choices or response.usage is None:
+        raise ServerError(
+            f"{url} answered the study's request without a choice and usage: {str(response)[:200]!r}; "
+            "is it an OpenAI-compatible completions endpoint?"
+        )
+    return response
+
+
 def study_request(
     *, base_url: str, model: str, prompt: str, warm_requests: int, seed: int, timeout_s: float, api_key=None
 ) -> dict:
@@ -41,7 +62,9 @@ def study_request(
     calls = []
     for _ in range(1 + warm_requests):
         started = time.perf_counter()
-        response = client.completions.create(model=model, prompt=prompt, max_tokens=50, temperature=0.7, seed=seed)
+        response = readable_completion(
+            client, f"{base_url}/v1/completions", model=model, prompt=prompt, max_tokens=50, temperature=0.7, seed=seed
+        )
         calls.append(
             {
                 "latency_s": time.perf_counter() - started,
@@ -363,6 +386,7 @@ def summarize_level(
             "sent_request_rate": mean_of("sent_request_rate"),
             "achieved_request_rate": mean_of("achieved_request_rate"),
             "request_goodput": goodput(results, duration, slo_ms) if slo_ms else None,
+            "failed_by_cause": failures_by_cause(results),
             "client_cpu_s": sum(run.client_cpu_s for run in runs),
             "client_processes": max_of("client_processes"),
             "client_request_rate": max_of("client_request_rate"),

@@ -1,0 +1,89 @@
+"""Failed requests by cause, against a misbehaving OpenAI-compatible endpoint (in process): HTTP
+500s, streams that stall past the client's timeout, and malformed server-sent events, sent by
+the load client as a level sends them; and a non-streamed reply the openai client cannot read
+ends the stage with one line naming the endpoint."""
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from infbench.core.metrics import failures_by_cause, failures_text
+from infbench.engines.vllm_server import ServerError
+from infbench.report.serve import failed_cell
+from infbench.serving.client import LoadRequest, run_level
+from infbench.serving.sweep import study_request
+
+STALL_S = 3.0  # a stalled stream's pause, past the client's 1 s timeout
+
+
+class MisbehavingEndpoint:
+    """Request i (in arrival order): i % 4 == 0 answers HTTP 500, 1 stalls, 2 streams malformed
+    events, 3 streams a good answer. Non-streamed requests get JSON without choices."""
+
+    def __init__(self):
+        self.arrived = 0
+        config = uvicorn.Config(
+            Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])]),
+            host="127.0.0.1", port=0, log_level="error",
+        )  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def completions(self, request):
+        body = await request.json()
+        if not body.get("stream"):
+            return JSONResponse({"object": "text_completion", "result": "no choices here"})
+        kind, self.arrived = self.arrived % 4, self.arrived + 1
+        if kind == 0:
+            return JSONResponse({"error": {"message": "engine exploded"}}, status_code=500)
+
+        async def stream():
+            chunk = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "text": " a", "finish_reason": None}]}  # fmt: skip
+            if kind == 1:
+                await asyncio.sleep(STALL_S)
+            if kind == 2:
+                yield 'data: {"choices": [{"text": \n\n'
+                return
+            yield f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    def __enter__(self):
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join()
+
+
+def test_failed_requests_are_counted_by_cause_and_the_page_names_them():
+    requests = [LoadRequest(f"r{i}#0", "hello", 1, 1) for i in range(8)]
+    with MisbehavingEndpoint() as endpoint:
+        run = asyncio.run(
+            run_level(endpoint.base_url, "m", requests, concurrency=8, arrivals=None, seed=0, interval_s=0.5,
+                      timeout_s=1.0, scrape_metrics=False)
+        )  # fmt: skip
+    results = [s.result for s in run.results]
+    assert failures_by_cause(results) == {"HTTP 500": 2, "timeout": 2, "malformed stream": 2}
+    assert failures_text(results) == "6 of 8 requests failed: 2 HTTP 500, 2 timeout, 2 malformed stream"
+    level = {"failed": 6, "failed_by_cause": failures_by_cause(results)}
+    assert failed_cell(level) == "6 (2 HTTP 500, 2 timeout, 2 malformed stream)"
+
+
+def test_a_non_streamed_reply_without_choices_ends_the_stage_naming_the_endpoint():
+    with MisbehavingEndpoint() as endpoint:
+        with pytest.raises(ServerError, match=r"/v1/completions answered the study's request without a choice"):
+            study_request(base_url=endpoint.base_url, model="m", prompt="hi", warm_requests=0, seed=0, timeout_s=5)
