@@ -7,6 +7,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
+from conftest import binomial_cdf_exact
 
 from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, repeatability
 from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
@@ -208,6 +209,10 @@ def test_early_stopping_needs_loadgens_published_request_counts():
         n = early_stopping_n(t, 0.99, 0.99)
         assert binomial_cdf(t, n, 0.01) < 0.01 <= binomial_cdf(t, n - 1, 0.01)
     assert binomial_cdf(1, 2, 0.5) == pytest.approx(0.75) and binomial_cdf(2, 2, 0.5) == 1.0
+    # Either tail it sums, the exact value.
+    for n, q in ((10, 0.2), (40, 0.9), (459, 0.99), (459, 0.01)):
+        for k in range(-1, n + 1):
+            assert binomial_cdf(k, n, q) == pytest.approx(binomial_cdf_exact(k, n, q), abs=1e-9), (k, n, q)
 
 
 def test_the_early_stopping_table_in_the_method_is_the_functions():
@@ -229,7 +234,7 @@ def test_early_stopping_decides_a_probe_by_loadgens_n_and_misses_it_by_the_mirro
     assert verdict(44, 44, 0.9, rule=rule) == "met" and verdict(35, 35, 0.9, rule=rule) == "undecided"
     assert verdict(35, 35, 0.9) == "met"  # the default is Wilson's
     # Missed by the mirror test: 30 of 40 met would be seen under 1 % of the time at 0.9.
-    assert binomial_cdf(30, 40, 0.9) < 0.01 <= binomial_cdf(31, 40, 0.9)
+    assert binomial_cdf_exact(30, 40, 0.9) < 0.01 <= binomial_cdf_exact(31, 40, 0.9)
     assert verdict(30, 40, 0.9, rule=rule) == "missed" and verdict(31, 40, 0.9, rule=rule) == "undecided"
     assert verdict(44, 44, 0.9, saturated=True, rule=rule) == "missed"
     assert verdict(44, 44, 0.9, client_behind=True, rule=rule) == "undecided"
@@ -238,8 +243,8 @@ def test_early_stopping_decides_a_probe_by_loadgens_n_and_misses_it_by_the_mirro
     for n in range(1, 90):
         for met in range(n + 1):
             decision = verdict(met, n, 0.9, rule=rule)
-            assert (decision == "met") == (binomial_cdf(n - met, n, 0.1) < 0.01), (met, n)
-            assert (decision == "missed") == (binomial_cdf(met, n, 0.9) < 0.01), (met, n)
+            assert (decision == "met") == (binomial_cdf_exact(n - met, n, 0.1) < 0.01), (met, n)
+            assert (decision == "missed") == (binomial_cdf_exact(met, n, 0.9) < 0.01), (met, n)
 
 
 def test_the_page_says_which_rule_decided_the_probes_and_why():
@@ -638,7 +643,7 @@ def test_a_search_whose_probes_were_all_too_few_claims_no_capacity_and_compares_
     claims no capacity and is not converged (no load missed), the fit has nothing to read, and
     against a baseline of [2, 3] the run is not "higher"."""
     from infbench.capacity.measure import fitted_capacity
-    from infbench.runs.comparison import HIGHER, capacity_verdict, search_bounds
+    from infbench.runs.comparison import NO_DIFFERENCE, capacity_verdict, search_bounds
 
     rule = Rule("early_stopping", 0.99)
     result = search(lambda c: too_few_probe(c, 400, 400, 0.99, rule), start=4, floor=1, ceiling=64, integer=True)
@@ -646,8 +651,9 @@ def test_a_search_whose_probes_were_all_too_few_claims_no_capacity_and_compares_
     candidate = {**result.to_json(), "estimate": fitted_capacity(result.probes, 0.99, "concurrency", seed=0)}
     baseline = {"capacity": 2, "first_failing": 4, "outcome": "bracketed",
                 "estimate": {"value": 2, "ci95": [2, 3], "lowest_probe": 1, "highest_probe": 4}}  # fmt: skip
+    assert search_bounds("concurrency", candidate) == (-math.inf, math.inf)  # nothing decided: no bound
     verdict_ = capacity_verdict(search_bounds("concurrency", baseline), search_bounds("concurrency", candidate))
-    assert verdict_ != HIGHER
+    assert verdict_ == NO_DIFFERENCE
 
 
 def test_an_undecided_end_compares_as_the_bound_it_gives():

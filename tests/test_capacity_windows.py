@@ -246,31 +246,61 @@ def test_a_window_waiting_only_on_its_request_count_ends_once_the_probe_is_misse
     check_probes(records, settings, 0.9)
 
 
-def test_a_probe_warms_its_load_untimed_before_its_first_pass(tmp_path):
-    """With load.warmup, a probe at c=4 first sends 4 requests cut to WARMUP_MAX_TOKENS, counted
-    in no pass: the server's next request id is the warm-up's and the passes' sent, no more;
-    without it the passes' sent alone."""
+def test_a_probe_warms_its_load_untimed_before_its_first_pass(tmp_path, monkeypatch):
+    """With load.warmup, each probe first sends, untimed and before its pass, as many of the
+    workload's first requests as its load keeps in flight (one at a rate), all at once and cut
+    to WARMUP_MAX_TOKENS, none of them a pool request: the server's request ids count them and
+    the passes' sent, no more. Without it, the passes' sent alone."""
+    import infbench.capacity.probe as probe_module
+    from infbench.workload.requests import WARMUP_MAX_TOKENS
+
     schedule = Schedule(ttft_ms=2, itl_ms=1, max_num_seqs=8)
-    rows = [{**row, "max_tokens": 4, "api": "completions"} for row in ROWS]
+    workload = [{**row, "id": f"w{i}", "max_tokens": 40, "api": "completions"} for i, row in enumerate(ROWS[:10])]
+    pool = [{**row, "max_tokens": 4, "api": "completions"} for row in ROWS * 2]
+    pool = [{**row, "id": f"{row['id']}-{i}"} for i, row in enumerate(pool)]
     settings = {"attainment": 0.9, "window_s": 0.05, "window_requests": 40, "repeats": 1}
     load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000}}
-    sent_before = []
+    calls = []
+    run_level, measure_pass = probe_module.run_level, probe_module.measure_pass
+
+    async def warm_up(base_url, model, requests, **level):
+        calls.append(("warm-up", requests, level["concurrency"]))
+        return await run_level(base_url, model, requests, **level)
+
+    def measured(*args, **kwargs):
+        calls.append(("pass", None, kwargs["concurrency"]))
+        return measure_pass(*args, **kwargs)
+
+    monkeypatch.setattr(probe_module, "run_level", warm_up)
+    monkeypatch.setattr(probe_module, "measure_pass", measured)
+
+    def next_id(server) -> int:
+        body = {"model": "m", "prompt": "a", "max_tokens": 1}
+        return int(httpx.post(f"{server.base_url}/v1/completions", json=body).json()["id"].removeprefix("ref-"))
+
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
-        for warmup in (True, False):
-            prober = Prober(
-                server, rows, rows, settings, {**load_settings, "warmup": warmup}, seed=0, timeout_s=5,
-                progress=lambda line: None,
-            )  # fmt: skip
-            probe = prober.probe("concurrency", 4)
-            answer = httpx.post(
-                f"{server.base_url}/v1/completions", json={"model": "m", "prompt": "a", "max_tokens": 1}
-            )
-            sent_before.append((probe.record, int(answer.json()["id"].removeprefix("ref-"))))
-    (warmed, next_id), (cold, last_id) = sent_before
-    assert warmed["warmup_requests"] == 4 and cold["warmup_requests"] == 0
-    assert next_id == 4 + warmed["sent"]
-    assert last_id == next_id + 1 + cold["sent"]
-    assert warmed["requests"] == warmed["pass_records"][0]["requests"] >= 40
+        prober = Prober(
+            server, workload, pool, settings, {**load_settings, "warmup": True}, seed=0, timeout_s=5,
+            progress=lambda line: None,
+        )  # fmt: skip
+        warmed = [prober.probe("concurrency", 4), prober.probe("concurrency", 2), prober.probe("request_rate", 50.0)]
+        after_warmed = next_id(server)
+        cold = Prober(
+            server, workload, pool, settings, {**load_settings, "warmup": False}, seed=0, timeout_s=5,
+            progress=lambda line: None,
+        ).probe("concurrency", 4)  # fmt: skip
+        after_cold = next_id(server)
+    assert [p.record["warmup_requests"] for p in warmed] == [4, 2, 1] and cold.record["warmup_requests"] == 0
+    assert [(kind, len(requests) if requests else None, concurrency) for kind, requests, concurrency in calls] == [
+        ("warm-up", 4, 4), ("pass", None, 4), ("warm-up", 2, 2), ("pass", None, 2), ("warm-up", 1, 1),
+        ("pass", None, None), ("pass", None, 4),
+    ]  # fmt: skip
+    # The workload's rows ("w..."), not the pool's ("r..."), cut short.
+    warm = [request for _, requests, _ in calls for request in requests or []]
+    assert all(r.max_tokens == WARMUP_MAX_TOKENS and r.id.startswith("warmup-w") for r in warm)
+    assert after_warmed == 7 + sum(p.record["sent"] for p in warmed)
+    assert after_cold == after_warmed + 1 + cold.record["sent"]
+    assert all(p.record["requests"] >= 40 for p in [*warmed, cold])
 
 
 def test_a_window_settles_only_where_every_outcome_of_the_rest_misses_and_closing_keeps_the_miss():

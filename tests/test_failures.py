@@ -24,8 +24,9 @@ STALL_S = 3.0  # a stalled stream's pause, past the client's 1 s timeout
 
 
 class MisbehavingEndpoint:
-    """Request i (in arrival order): i % 4 == 0 answers HTTP 500, 1 stalls, 2 streams malformed
-    events, 3 streams a good answer. Non-streamed requests get JSON without choices."""
+    """Request i (in arrival order): i % 5 == 0 answers HTTP 500, 1 stalls, 2 streams malformed
+    events, 3 streams a good answer, 4 streams vLLM's error event. Non-streamed requests get
+    JSON without choices."""
 
     def __init__(self):
         self.arrived = 0
@@ -40,7 +41,7 @@ class MisbehavingEndpoint:
         body = await request.json()
         if not body.get("stream"):
             return JSONResponse({"object": "text_completion", "result": "no choices here"})
-        kind, self.arrived = self.arrived % 4, self.arrived + 1
+        kind, self.arrived = self.arrived % 5, self.arrived + 1
         if kind == 0:
             return JSONResponse({"error": {"message": "engine exploded"}}, status_code=500)
 
@@ -51,6 +52,9 @@ class MisbehavingEndpoint:
                 await asyncio.sleep(STALL_S)
             if kind == 2:
                 yield 'data: {"choices": [{"text": \n\n'
+                return
+            if kind == 4:
+                yield f"data: {json.dumps({'error': {'message': 'engine dead', 'code': 500}})}\n\n"
                 return
             yield f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
 
@@ -70,17 +74,22 @@ class MisbehavingEndpoint:
 
 
 def test_failed_requests_are_counted_by_cause_and_the_page_names_them():
-    requests = [LoadRequest(f"r{i}#0", "hello", 1, 1) for i in range(8)]
+    requests = [LoadRequest(f"r{i}#0", "hello", 1, 1) for i in range(10)]
     with MisbehavingEndpoint() as endpoint:
         run = asyncio.run(
-            run_level(endpoint.base_url, "m", requests, concurrency=8, arrivals=None, seed=0, interval_s=0.5,
+            run_level(endpoint.base_url, "m", requests, concurrency=10, arrivals=None, seed=0, interval_s=0.5,
                       timeout_s=1.0, scrape_metrics=False)
         )  # fmt: skip
     results = [s.result for s in run.results]
-    assert failures_by_cause(results) == {"HTTP 500": 2, "timeout": 2, "malformed stream": 2}
-    assert failures_text(results) == "6 of 8 requests failed: 2 HTTP 500, 2 timeout, 2 malformed stream"
-    level = {"failed": 6, "failed_by_cause": failures_by_cause(results)}
-    assert failed_cell(level) == "6 (2 HTTP 500, 2 timeout, 2 malformed stream)"
+    causes = {"HTTP 500": 2, "timeout": 2, "malformed stream": 2, "error in the stream": 2}
+    assert failures_by_cause(results) == causes
+    assert failures_text(results) == (
+        "8 of 10 requests failed: 2 HTTP 500, 2 error in the stream, 2 malformed stream, 2 timeout"
+    )
+    assert failed_cell({"failed": 8, "failed_by_cause": failures_by_cause(results)}) == (
+        "8 (2 HTTP 500, 2 error in the stream, 2 malformed stream, 2 timeout)"
+    )
+    assert sum(r.success for r in results) == 2
 
 
 def test_a_non_streamed_reply_without_choices_ends_the_stage_naming_the_endpoint():

@@ -27,7 +27,7 @@ ENGINE = {"max_model_len": 256, "kv_cache_gib": 0.25, "block_size": 16, "enable_
 CAPACITY = {
     "attainment": 0.9,
     "window_s": 0.3,
-    "window_requests": 40,  # the fewest whose interval can clear 0.9: every probe decided
+    "window_requests": 40,  # above the 35 of 35 Wilson needs to meet 0.9: a probe can be decided in one window
     "repeats": 1,
     "start_concurrency": 2,
     "max_concurrency": 32,

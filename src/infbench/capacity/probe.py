@@ -274,7 +274,8 @@ class Prober:
                 api=self.api, api_key=self.server.api_key, scrape_metrics=False,
             )
         )  # fmt: skip
-        ensure_alive(self.server, f"the warm-up at {level.label}", run.results)
+        shown = f"concurrency {concurrency}" if concurrency else "a request rate"
+        ensure_alive(self.server, f"the warm-up before a probe at {shown}", run.results)
         return len(warm)
 
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:

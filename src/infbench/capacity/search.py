@@ -7,6 +7,7 @@ that bound the server where the SLO broke. See docs/method.md#capacity-search,
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -29,11 +30,14 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
 
 
 def binomial_cdf(k: int, n: int, q: float) -> float:
-    """P[Binomial(n, q) <= k], summed term by term in logs."""
+    """P[Binomial(n, q) <= k], summed term by term in logs over the shorter tail (the upper one
+    as 1 - P[Binomial(n, 1 - q) <= n - k - 1]): a probe re-checks it at each finished request."""
     if k >= n or q <= 0:
         return 1.0
     if q >= 1 or k < 0:
         return 0.0
+    if k > n // 2:
+        return max(0.0, 1.0 - binomial_cdf(n - k - 1, n, 1 - q))
     log_n = math.lgamma(n + 1)
     return min(
         1.0,
@@ -44,6 +48,7 @@ def binomial_cdf(k: int, n: int, q: float) -> float:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def early_stopping_n(t: int, p: float, c: float) -> int:
     """MLPerf LoadGen's early stopping (loadgen/early_stopping.cc, server scenario): the fewest
     requests n with t of them over the bound for which the p-th percentile is within it at

@@ -119,7 +119,8 @@ def rule_text(rule: dict | None, target: float) -> str:
             f"A load is served when MLPerf LoadGen's early-stopping rule says, at confidence {rule['confidence']:g}, "
             f"that at least {100 * target:g} % of requests meet the SLO: its counted requests are at least n(t) for "
             "the t of them that missed, and it misses when the mirror test says fewer do (capacity.decision: "
-            "early_stopping, the rule MLPerf decides a percentile latency bound by)."
+            "early_stopping, the rule MLPerf decides a percentile latency bound by; LoadGen applies it once to a "
+            "finished run, here it is re-checked after each window)."
         )
     return (
         f"A load is served when the 95 % Wilson interval of its share of requests meeting it lies at or above "

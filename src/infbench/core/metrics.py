@@ -48,6 +48,13 @@ class RequestResult:
         return record
 
 
+# The openai SDK's and aiohttp's names for a connection refused, reset or cut mid-stream.
+CONNECTION_ERRORS = {
+    "APIConnectionError", "ClientConnectorError", "ClientOSError", "ServerDisconnectedError", "ClientPayloadError",
+    "ConnectionResetError", "ConnectionRefusedError",
+}  # fmt: skip
+
+
 def failure_cause(error: str | None) -> str:
     """A failed request's cause as the report groups them, from its recorded error: its HTTP
     status, a timeout (server.request_timeout_s), a malformed stream (a reply the client could
@@ -60,12 +67,18 @@ def failure_cause(error: str | None) -> str:
         return "timeout"
     if text.startswith("MalformedStream"):
         return "malformed stream"
-    return text.split(":", 1)[0] or "unknown"
+    if text.startswith("StreamError"):
+        return "error in the stream"
+    kind = text.split(":", 1)[0]
+    if kind in CONNECTION_ERRORS:
+        return "connection"
+    return kind or "unknown"
 
 
 def failures_by_cause(results: list[RequestResult]) -> dict[str, int]:
-    """Failed requests counted by failure_cause, the most common first."""
-    return dict(Counter(failure_cause(r.error) for r in results if not r.success).most_common())
+    """Failed requests counted by failure_cause, the most common first (ties by name)."""
+    counts = Counter(failure_cause(r.error) for r in results if not r.success)
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def failures_text(results: list[RequestResult]) -> str:

@@ -257,7 +257,8 @@ def attainment_figure(capacity: dict, mode: str):
         frame,
         f"Each point a probe: the share of its counted requests that met every SLO, with its 95 % Wilson "
         f"interval; blue met, red missed (by the decision rule above, or the server saturated: its "
-        f"queue grew), grey undecided (among them any rate the client fell behind, which the fit leaves out). "
+        f"queue grew), grey undecided (the fit leaves out those too few to be met and any rate the client fell "
+        f"behind). "
         f"The line is the non-increasing fit the capacity and its interval are read from; the dashed line is "
         f"the target, {100 * target:g} %.",
     )
@@ -326,6 +327,7 @@ def view(capacity: dict | None) -> dict | None:
         if capacity.get("request_rate")
         else None,
         "estimate_method": capacity["concurrency"]["estimate"]["method"],
-        "repeatability": capacity.get("repeatability"),
+        # Runs made before the rename keep it as "reproducibility".
+        "repeatability": capacity.get("repeatability") or capacity.get("reproducibility"),
         "probes": probe_table(capacity),
     }

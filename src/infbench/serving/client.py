@@ -74,6 +74,14 @@ def sse_events(buffer: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     return events, events.pop()
 
 
+class MalformedStream(ValueError):
+    """A reply the client could not read as server-sent events with a choice."""
+
+
+class StreamError(Exception):
+    """An error the server sent inside a streamed reply (vLLM's `{"error": ...}` event)."""
+
+
 def event_data(event: bytes) -> dict | None:
     """The JSON object of one server-sent event's `data:` lines, None for an event without
     data (a `:` comment) or `[DONE]`, parsed with json.loads as vLLM's client parses it."""
@@ -81,7 +89,15 @@ def event_data(event: bytes) -> dict | None:
         payload = event[6:].strip()
     else:
         payload = b"\n".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
-    return None if not payload or payload == b"[DONE]" else json.loads(payload)
+    if not payload or payload == b"[DONE]":
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError as error:
+        raise MalformedStream(f"an event that is not JSON ({error}): {payload[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise MalformedStream(f"an event that is not a JSON object: {payload[:80]!r}")
+    return data
 
 
 def complete_event(event: bytes) -> bool:
@@ -108,6 +124,8 @@ def streamed_result(request: LoadRequest, api: str, started: float, arrived: lis
     first, latest, itl, text, output_tokens, prompt_tokens = None, started, [], [], None, request.prompt_tokens
     for when, events in arrived:
         for data in filter(None, map(event_data, events)):
+            if error := data.get("error"):
+                raise StreamError(error.get("message", error) if isinstance(error, dict) else error)
             if data.get("choices"):
                 if first is None:
                     first = when
@@ -120,13 +138,9 @@ def streamed_result(request: LoadRequest, api: str, started: float, arrived: lis
                 if usage.get("prompt_tokens") is not None:
                     prompt_tokens = usage["prompt_tokens"]
     if first is None:
-        raise RuntimeError("never received a chunk with a choice")
+        raise MalformedStream("never received a chunk with a choice")
     result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
     return StreamedResult(result, "".join(text), started)
-
-
-class MalformedStream(Exception):
-    """A reply the client could not read as server-sent events with a choice."""
 
 
 async def stream_request(
@@ -153,10 +167,7 @@ async def stream_request(
                 await response.aclose()
         if complete_event(buffer):  # a last event the server did not end with a blank line
             arrived.append((now, [buffer]))
-        try:
-            return streamed_result(request, api, started, arrived)
-        except (ValueError, AttributeError, TypeError, RuntimeError) as error:
-            raise MalformedStream(f"{type(error).__name__}: {error}") from None
+        return streamed_result(request, api, started, arrived)
     except Exception as error:  # a failed request is data: counted, not fatal
         if isinstance(error, TimeoutError):
             error = TimeoutError(f"no whole answer within {client.timeout} s (server.request_timeout_s)")

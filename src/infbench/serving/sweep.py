@@ -39,9 +39,9 @@ def readable_completion(client: openai.OpenAI, url: str, **body):
     try:
         response = client.completions.create(**body)
     except openai.APIStatusError as error:
-        raise ServerError(
-            f"{url} answered the study's request with HTTP {error.status_code}: {error.message}"
-        ) from None
+        raise ServerError(f"{url} answered the study's request: {error.message}") from None
+    except openai.APIConnectionError as error:
+        raise ServerError(f"{url} could not be reached for the study's request: {error}") from None
     except (openai.APIResponseValidationError, ValueError) as error:
         raise ServerError(
             f"{url} answered the study's request with a reply that is not a completion: {error}"
