@@ -6,11 +6,9 @@ here: its own latencies are what a test could not tell apart from the client's."
 
 import asyncio
 import json
-import threading
 import time
 
-import uvicorn
-from starlette.applications import Starlette
+from inprocess import InProcessServer
 from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -21,7 +19,7 @@ TOKEN_GAP_S = 0.05
 SLOW_SCRAPE_S = 0.6  # every /metrics answer takes this long
 
 
-class ScheduledStreamServer:
+class ScheduledStreamServer(InProcessServer):
     """Streams `max_tokens` chunks on a fixed schedule; counts preemption 'events' at the first
     request's arrival and just before the last chunk of the level's last request, so that a
     counter delta that misses the level's first or last moment reads low."""
@@ -32,10 +30,9 @@ class ScheduledStreamServer:
         self.finished = 0
         self.events = 0
         self.scrapes_started: list[float] = []
-        routes = [Route("/v1/completions", self.completions, methods=["POST"]), Route("/metrics", self.metrics)]
-        config = uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=0, log_level="error")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def routes(self) -> list:
+        return [Route("/v1/completions", self.completions, methods=["POST"]), Route("/metrics", self.metrics)]
 
     async def completions(self, request):
         body = await request.json()
@@ -70,18 +67,6 @@ class ScheduledStreamServer:
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{model_name="m"}} {float(self.arrived - self.finished)}\n'
         )
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join()
 
 
 def level(server: ScheduledStreamServer, requests: int, interval_s: float, tokens: int = 8):

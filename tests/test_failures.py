@@ -5,12 +5,9 @@ ends the stage with one line naming the endpoint."""
 
 import asyncio
 import json
-import threading
-import time
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
+from inprocess import InProcessServer
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -23,19 +20,16 @@ from infbench.serving.sweep import study_request
 STALL_S = 3.0  # a stalled stream's pause, past the client's 1 s timeout
 
 
-class MisbehavingEndpoint:
+class MisbehavingEndpoint(InProcessServer):
     """Request i (in arrival order): i % 5 == 0 answers HTTP 500, 1 stalls, 2 streams malformed
     events, 3 streams a good answer, 4 streams vLLM's error event. Non-streamed requests get
     JSON without choices."""
 
     def __init__(self):
         self.arrived = 0
-        config = uvicorn.Config(
-            Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])]),
-            host="127.0.0.1", port=0, log_level="error",
-        )  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def routes(self) -> list:
+        return [Route("/v1/completions", self.completions, methods=["POST"])]
 
     async def completions(self, request):
         body = await request.json()
@@ -59,18 +53,6 @@ class MisbehavingEndpoint:
             yield f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join()
 
 
 def test_failed_requests_are_counted_by_cause_and_the_page_names_them():

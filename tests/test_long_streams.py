@@ -4,12 +4,10 @@ whatever a chunk carries. And a stream that stalls ends at the request's time li
 
 import asyncio
 import json
-import threading
 import time
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
+from inprocess import InProcessServer
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 from timing import SchedulingJitter
@@ -19,20 +17,15 @@ from infbench.serving.client import LoadRequest, openai_client, stream_request
 LONG_CHUNK_CHARS = 400_000  # one server-sent event's line: three times aiohttp's 128 KB limit
 
 
-class LongChunkServer:
+class LongChunkServer(InProcessServer):
     """/v1/completions streaming three chunks, the middle one a single 400 KB line; with
     `stall_s`, the first chunk and then nothing for that long."""
 
     def __init__(self, stall_s: float = 0.0):
         self.stall_s = stall_s
-        config = uvicorn.Config(
-            Starlette(routes=[Route("/v1/completions", self.completions, methods=["POST"])]),
-            host="127.0.0.1",
-            port=0,
-            log_level="error",
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def routes(self) -> list:
+        return [Route("/v1/completions", self.completions, methods=["POST"])]
 
     async def completions(self, request):
         await request.json()
@@ -47,17 +40,6 @@ class LongChunkServer:
             yield f"data: {json.dumps({'id': 'x', 'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        self.base_url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join()
 
 
 HELLO = LoadRequest("r#0", "hello", 4, 3)
