@@ -106,3 +106,42 @@ def test_the_tiny_runs_prefix_caching_stage(tiny_run):
             off = [record[prefix_set["name"]]["off"][key] for record in study["rounds"]]
             expected = reference_paired_ratio(on, off)
             assert (gain["ratio"], gain["ci95_low"], gain["ci95_high"]) == pytest.approx(expected, rel=1e-4), key
+
+
+def test_every_windowed_pass_on_a_caching_server_starts_with_the_cache_emptied(tmp_path):
+    """On the reference server with prefix caching (blocks of 4 tokens, a word a token), every
+    request of one 9-word prompt hits its 2 whole blocks but the first to reach a cold cache:
+    a second pass of it gains 8 (sent - 1) hit tokens where the cache was emptied before it,
+    8 sent where a server that cannot empty it kept the first pass's blocks."""
+    import httpx
+
+    from infbench.serving.client import LoadRequest
+    from infbench.serving.reference_server import ReferenceServer, Schedule
+    from infbench.serving.window import Window, measure_pass
+
+    prompt = " ".join(f"w{i}" for i in range(9))
+    schedule = Schedule(ttft_ms=1, itl_ms=1, max_num_seqs=8, block_size=4, prefix_caching=True)
+
+    def hits(server) -> float:
+        lines = httpx.get(f"{server.base_url}/metrics").text.splitlines()
+        return float(next(line for line in lines if line.startswith("vllm:prefix_cache_hits_total")).split()[-1])
+
+    def second_pass_gain(server) -> tuple[float, int]:
+        gains = []
+        for index in range(2):
+            before = hits(server)
+            requests = iter([LoadRequest(f"p{index}-{i}", prompt, 9, 2) for i in range(200)])
+            measured = measure_pass(
+                server, requests, what="a pass", pool=None, fix="-", window=Window(0.05, 10), concurrency=2,
+                arrivals=None, seed=0, interval_s=0.05, timeout_s=5, api="completions",
+            )  # fmt: skip
+            gains.append((hits(server) - before, measured.run.sent))
+        return gains[1]
+
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        assert server.resets_prefix_cache
+        gained, sent = second_pass_gain(server)
+        assert gained == 8 * (sent - 1)
+        server.resets_prefix_cache = False  # as an endpoint that is not ours
+        gained, sent = second_pass_gain(server)
+        assert gained == 8 * sent

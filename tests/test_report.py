@@ -367,6 +367,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "startup_s": None,
         "kv_blocks": None,
         "kv_block_size": None,
+        "prefix_caching": True,
         "request": {
             "prompt": "Hi",
             "cold_s": "0.10",

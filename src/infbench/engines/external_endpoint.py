@@ -25,6 +25,7 @@ class ExternalEndpoint:
     startup_s = None
     command = None
     log_path = None
+    resets_prefix_cache = False  # not ours to empty
 
     def __init__(self, base_url: str, model: str, api_key_env: str | None = None, metrics: bool = True):
         self.base_url = base_url.rstrip("/").removesuffix("/v1")

@@ -82,11 +82,15 @@ def spec_from_params(params, model_dir: str | Path, served_name: str) -> ServerS
 def start_server(spec: ServerSpec, log_path: str | Path) -> VLLMServer:
     """The server of `spec`, not yet started: enter it (`with`) or launch it with others
     (`vllm_server.started_together`); it is stopped on leaving either."""
-    return VLLMServer(
+    caching = bool(spec.engine.get("enable_prefix_caching"))
+    server = VLLMServer(
         spec.engine_args(),
         spec.served_name,
         log_path,
-        env={**engine_env(spec.threads, spec.device), **spec.env},
+        # With prefix caching, /reset_prefix_cache (a dev-mode endpoint) empties it between passes.
+        env={**engine_env(spec.threads, spec.device), **({"VLLM_SERVER_DEV_MODE": "1"} if caching else {}), **spec.env},
         startup_timeout_s=spec.startup_timeout_s,
         extra_args=spec.flags or None,
     )
+    server.resets_prefix_cache = caching
+    return server

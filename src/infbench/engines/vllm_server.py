@@ -30,6 +30,16 @@ class ServerError(UserError):
     """The server did not start or died; the message carries the fix and its log's tail."""
 
 
+def reset_prefix_cache(base_url: str) -> None:
+    """Empty a server's prefix cache (vLLM: a dev-mode endpoint, VLLM_SERVER_DEV_MODE=1)."""
+    response = httpx.post(f"{base_url}/reset_prefix_cache", timeout=30)
+    if response.status_code != 200:
+        raise ServerError(
+            f"{base_url}/reset_prefix_cache answered HTTP {response.status_code}; the server must run with "
+            "VLLM_SERVER_DEV_MODE=1 to empty its prefix cache between passes"
+        )
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -98,6 +108,9 @@ class ServerProcess:
     its model, stop its whole process group. Subclasses set `command`."""
 
     metrics = True  # /metrics is served
+    # Prefix caching on, and /reset_prefix_cache served (vLLM: VLLM_SERVER_DEV_MODE=1): every
+    # windowed pass starts with the cache emptied (serving.window.measure_pass).
+    resets_prefix_cache = False
 
     def __init__(
         self,

@@ -298,6 +298,7 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "startup_s": None if endpoint else fmt(server["startup_s"], 1),
         "kv_blocks": None if endpoint else server["kv"]["num_blocks"],
         "kv_block_size": None if endpoint else server["kv"]["block_size"],
+        "prefix_caching": None if endpoint else server["kv"].get("prefix_caching"),
         "request": study_request_view(server["study_request"]),
         "study": {key: study[key] for key in ("latency_s", "prompt_tokens", "completion_tokens", "method", "hardware")},
         "repeats": len(levels[0]["repeats"]) if levels else 0,

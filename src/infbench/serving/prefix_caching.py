@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
-
 from infbench.core.checks import check
 from infbench.core.metrics import aggregate
 from infbench.core.stats import paired_ratio
-from infbench.engines.vllm_server import ServerError
+from infbench.engines.vllm_server import reset_prefix_cache
 from infbench.serving.client import LoadRequest, cycle_requests, run_level
 from infbench.serving.prefix_sets import PrefixSet, predicted_hits
 from infbench.serving.sweep import Level, warmup_requests
@@ -25,15 +23,6 @@ GAINS = {"median_ttft_ms": "lower", "mean_ttft_ms": "lower", "output_throughput"
 # On: a pass whose hits fall below this share of the prediction is flagged (requests admitted in
 # one step miss each other's blocks, so some shortfall is expected at concurrency > 1).
 HIT_SHORTFALL_WARN = 0.5
-
-
-def reset_prefix_cache(base_url: str) -> None:
-    response = httpx.post(f"{base_url}/reset_prefix_cache", timeout=30)
-    if response.status_code != 200:
-        raise ServerError(
-            f"{base_url}/reset_prefix_cache answered HTTP {response.status_code}; the server must run with "
-            "VLLM_SERVER_DEV_MODE=1 for the prefix-caching stage"
-        )
 
 
 def measured_pass(

@@ -279,6 +279,7 @@ class ReferenceServer(ServerProcess):
             served_name, log_path, startup_timeout_s=startup_timeout_s, port=port, host=host, api_key=api_key
         )
         self.schedule = schedule or Schedule()
+        self.resets_prefix_cache = self.schedule.prefix_caching
         self.command = reference_command(host, self.port, served_name, self.schedule, tokenizer, api_key)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from infbench.core.errors import UserError
 from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
-from infbench.engines.vllm_server import ServerError
+from infbench.engines.vllm_server import ServerError, reset_prefix_cache
 from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
 
@@ -400,7 +400,10 @@ def measure_pass(
     """`run_window` on `server` (`how`: its window, load, seed, interval, timeout, API, drain).
     Raises ServerError where the server is not alive after it, and PoolRanDry where it counted
     nothing from `pool` (the distinct requests it drew from; None: a replay ends with its
-    trace). `what` names the pass and `fix` the other remedy in those messages."""
+    trace). `what` names the pass and `fix` the other remedy in those messages. Where the server
+    caches prefixes, the cache is emptied first: no pass is flattered by an earlier one's prompts."""
+    if server.resets_prefix_cache:
+        reset_prefix_cache(server.base_url)
     run = asyncio.run(
         run_window(server.base_url, server.served_name, supply, api_key=server.api_key,
                    scrape_metrics=server.metrics, **how)
