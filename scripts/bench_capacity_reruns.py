@@ -8,6 +8,11 @@ reach, docs/method.md#capacity-estimate), with the intervals' widths. Each run's
 capacity.json is kept under --out. Last, the run comparison's capacity gate
 (runs/comparison.py: capacity_verdict on search_bounds) over the same ordered pairs: as every
 run measured the same configuration, each "lower" or "no interval" is a false alarm.
+Then capacity.runs as these runs would give it: for every `--group` of runs, the 95 %
+prediction interval for a rerun (capacity/estimate.rerun_interval) over their fitted
+capacities, and how often each run outside the group lies inside it; and the run comparison
+over capacity.runs (runs/comparison.runs_verdict) between every two disjoint groups, each
+"lower" a false alarm.
 
     python scripts/bench_capacity_reruns.py --runs 6 --out bench/capacity-reruns \\
         -- --configfile config/config.yaml
@@ -19,6 +24,7 @@ runs reuse its model, workload and pool.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import shutil
@@ -85,7 +91,55 @@ def gate_alarms(runs: list[dict]) -> tuple[int, int, int]:
     return verdicts.count(LOWER), verdicts.count(NO_INTERVAL), len(verdicts)
 
 
-def report(runs: list[dict]) -> str:
+def grouped(runs: list[dict], size: int) -> list[str]:
+    """capacity.runs of `size`, from these runs' fitted capacities (and each run's own interval):
+    the rerun interval's coverage of each run left out of a group (every group; and groups of
+    consecutive runs against each later run, as a rerun comes later), and the capacity gate's
+    false alarms between disjoint groups (runs/comparison.py's rule over runs). Groups with a run
+    off its probed range have no interval: counted as skipped."""
+    from infbench.capacity.estimate import rerun_interval
+    from infbench.runs.comparison import LOWER, by_runs, runs_verdict
+
+    fitted = [r["fitted"] for r in runs]
+    groups = list(itertools.combinations(range(len(runs)), size))
+    intervals = {
+        group: rerun_interval([fitted[i] for i in group], [runs[i]["ci95"] for i in group], integer=True)["ci95"]
+        for group in groups
+    }
+    lines = []
+    for name, pairs in (
+        ("any group", [(g, j) for g in groups for j in range(len(runs)) if j not in g]),
+        (
+            "consecutive runs, a later run",
+            [(g, j) for g in groups if g[-1] - g[0] == size - 1 for j in range(g[-1] + 1, len(runs))],
+        ),
+    ):
+        judged = [(intervals[g], fitted[j]) for g, j in pairs if intervals[g] is not None and fitted[j] is not None]
+        inside = sum(low <= value <= high for (low, high), value in judged)
+        if judged:
+            lines.append(
+                f"capacity.runs {size}, {name}: a rerun inside the prediction interval in {inside} of {len(judged)} "
+                f"pairs ({inside / len(judged):.0%}); {len(pairs) - len(judged)} skipped (a run off its probed range)"
+            )
+    widths = [high / max(low, 1) for low, high in (i for i in intervals.values() if i)]
+    if widths:
+        lines.append(
+            f"capacity.runs {size}: interval high / low, median {statistics.median(widths):.1f}x "
+            f"(range {min(widths):.1f}-{max(widths):.1f}x), {len(widths)} of {len(groups)} groups with an interval"
+        )
+    pairs = [(a, b) for a in groups for b in groups if not set(a) & set(b)]
+    values = [([fitted[i] for i in a], [fitted[i] for i in b]) for a, b in pairs]
+    judged = [(a, b) for a, b in values if None not in a + b and by_runs(a, b)]
+    if judged:
+        lower = sum(runs_verdict(a, b)[0] == LOWER for a, b in judged)
+        lines.append(
+            f"capacity.runs {size}: the gate over runs 'lower' in {lower} of {len(judged)} ordered pairs of disjoint "
+            f"groups ({lower / len(judged):.0%}); {len(pairs) - len(judged)} pairs not judged over runs"
+        )
+    return lines
+
+
+def report(runs: list[dict], size: int = 3) -> str:
     lines = ["| run | condition | capacity | outcome | fitted [95 % CI] | width |", "|---:|---|---:|---|---|---:|"]
     for run in runs:
         ci = run["ci95"]
@@ -110,6 +164,8 @@ def report(runs: list[dict]) -> str:
     for condition in CONDITIONS:
         values = [r["capacity"] for r in runs if r["condition"] == condition]
         lines.append(f"{condition}: capacities {values}")
+    if len(runs) > size:
+        lines.extend(grouped(runs, size))
     return "\n".join(lines)
 
 
@@ -122,10 +178,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--out", type=Path, default=Path("bench/capacity-reruns"))
     parser.add_argument("--report", action="store_true", help="only print the table of the runs kept under --out")
+    parser.add_argument("--group", type=int, default=3, help="capacity.runs to evaluate from these runs")
     args = parser.parse_args(own)
     if args.report:
         kept = json.loads((args.out / "runs.json").read_text())
-        print(report([{**run, **summary(json.loads(Path(run["file"]).read_text()))} for run in kept]))
+        print(report([{**run, **summary(json.loads(Path(run["file"]).read_text()))} for run in kept], args.group))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -134,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"run {index + 1}/{args.runs}: the capacity stage {condition}", flush=True)
         runs.append(run_once(args.model, condition, extra, args.out, index + 1))
         (args.out / "runs.json").write_text(json.dumps(runs, indent=1))
-        print(report(runs), flush=True)
+        print(report(runs, args.group), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
 """Rule `capacity`: the highest concurrency and request rate served within the SLO, found by
-bracketing and bisection on a fresh server of the model (or the external endpoint) -> capacity.json."""
+bracketing and bisection on a fresh server of the model (or the external endpoint), capacity.runs
+times, each run on a server started for it -> capacity.json."""
+
+import os
 
 from infbench.capacity.checks import capacity_checks
-from infbench.capacity.measure import cost_per_million_output_tokens, search_capacity
+from infbench.capacity.measure import cost_per_million_output_tokens, search_capacity, search_runs
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
-from infbench.engines.external_endpoint import ExternalEndpoint, measured_server
-from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.external_endpoint import measured_server
 from infbench.engines.servers import spec_from_params
-from infbench.engines.settings import place_client, server_max_num_seqs
+from infbench.engines.settings import pin_threads, place_client, server_max_num_seqs
+
+
+def run_log(path: str, run: int) -> str:
+    """The server log of run `run` (from 1): the rule's own for the first, beside it for others."""
+    return path if run == 1 else path.removesuffix(".log") + f".run{run}.log"
 
 
 def main(stage):
@@ -16,15 +23,19 @@ def main(stage):
     workload = read_jsonl(stage.input.workload)
     pool = read_jsonl(stage.input.pool)
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
-    server = measured_server(spec, params.server["external"], stage.log.server)
-    external = isinstance(server, ExternalEndpoint)
+    external = bool(params.server["external"])
     # Read before the server starts: importing vLLM's defaults takes seconds of CPU.
     max_num_seqs = None if external else server_max_num_seqs(params.engine)
-    with server:
-        placement = place_client(params.threads, params.device)
-        print(f"measuring {server.base_url}; {placement['note']}")
-        kv = server_kv_facts(server.base_url) if server.metrics else None
-        result = search_capacity(
+    cpus = os.sched_getaffinity(0)
+
+    def new_server(run: int):
+        pin_threads(cpus)  # each server sees, binds to and inherits the CPUs the stage was given
+        return measured_server(spec, params.server["external"], run_log(stage.log.server, run))
+
+    def search_on(server, kv):
+        # After the server has started: the client keeps off the engine's cores.
+        print(f"measuring {server.base_url}; {place_client(params.threads, params.device)['note']}")
+        return search_capacity(
             server,
             workload,
             pool,
@@ -36,13 +47,18 @@ def main(stage):
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],
         )
+
+    result = search_runs(params.capacity["runs"], new_server, search_on)
+    kv = result.pop("kv")
     served = result["concurrency"]["at_capacity"]
     throughput = served["output_throughput"]["mean"] if served else None
     stage.write(
         stage.output[0],
         {
             "model": stage.facts["name"],
-            "endpoint": server.description() if external else None,
+            "endpoint": measured_server(spec, params.server["external"], stage.log.server).description()
+            if external
+            else None,
             "api": workload[0]["api"],
             "slo_ms": params.load["slo_ms"],
             "attainment_target": params.capacity["attainment"],

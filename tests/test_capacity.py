@@ -78,7 +78,7 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
     settings = {
         "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 2,
-        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1,
+        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1,
         "max_search_s": 300,
     }  # fmt: skip
     load_settings = {
@@ -120,7 +120,7 @@ def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(
     settings = {
         "attainment": 0.8, "decision": "early_stopping", "confidence": 0.99, "window_s": 0.3,
         "window_requests": 16, "repeats": 2, "start_concurrency": 2, "max_concurrency": 16, "max_probes": 8,
-        "tolerance": 0.0, "rate": False, "min_rate": 0.1, "searches": 1, "max_search_s": 300,
+        "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1, "max_search_s": 300,
     }  # fmt: skip
     load_settings = {
         "burstiness": 1.0,

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import binomial_cdf_exact
 
-from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit, repeatability
-from infbench.capacity.measure import cost_per_million_output_tokens, pool_share
+from infbench.capacity.estimate import capacity_estimate, crossing, non_increasing_fit
+from infbench.capacity.measure import cost_per_million_output_tokens
 from infbench.capacity.probe import WILSON, PassRecord, Rule, verdict
 from infbench.capacity.search import (
     Probe,
@@ -20,7 +20,6 @@ from infbench.capacity.search import (
     binomial_cdf,
     early_stopping_n,
     early_stopping_table,
-    interleaved,
     search,
     wilson_interval,
 )
@@ -139,23 +138,20 @@ def test_a_search_out_of_time_starts_no_probe_and_ends_with_the_bracket_it_has()
     assert search(lambda c: Probe(c, False), **{**settings, "start": 1}, out_of_time=lambda: True).outcome == "none_met"
 
 
-def test_searches_taking_turns_measure_no_pending_load_once_out_of_time():
-    """c=4 for each, then search b's c=8 (who goes first rotates) spends the time: a's pending
-    c=8 is never measured, and a ends out_of_time with the one probe it has."""
+def test_a_search_measures_its_first_load_and_no_other_once_out_of_time():
+    """c=4, then c=8 spends the time: the pending c=16 is never measured, and the search ends
+    out_of_time with the two probes it has."""
     calls = []
 
-    def probe(name):
-        def measure(c):
-            calls.append((name, c))
-            return Probe(c, c <= 10)
-
-        return measure
+    def measure(c):
+        calls.append(c)
+        return Probe(c, c <= 10)
 
     settings = {"start": 4, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
-    first, second = interleaved([probe("a"), probe("b")], **settings, out_of_time=lambda: len(calls) >= 3)
-    assert calls == [("a", 4), ("b", 4), ("b", 8)]
-    assert [p.load for p in first.probes] == [4] and (first.capacity, first.outcome) == (4, "out_of_time")
-    assert [p.load for p in second.probes] == [4, 8] and second.outcome == "out_of_time"
+    result = search(measure, **settings, out_of_time=lambda: len(calls) >= 2)
+    assert calls == [4, 8] and (result.capacity, result.outcome) == (8, "out_of_time")
+    # Out of time from the start: the first load is measured all the same.
+    assert [p.load for p in search(measure, **settings, out_of_time=lambda: True).probes] == [4]
     # Nothing met when the time ran out: the capacity lies below the lowest load missed.
     nothing = search(lambda c: Probe(c, False), **settings, out_of_time=lambda: True)
     assert capacity_text("concurrency", nothing.to_json()) == (
@@ -435,46 +431,6 @@ def test_the_default_start_costs_what_the_schema_says_against_8():
                 assert len(default) - len(eight) == 1, (capacity, kv_limit)
 
 
-def test_interleaved_searches_take_turns_and_each_finds_what_it_would_alone():
-    calls = []
-
-    def probe(name, capacity):
-        def measure(c):
-            calls.append(name)
-            return Probe(c, c <= capacity)
-
-        return measure
-
-    settings = {"start": 4, "floor": 1, "ceiling": 64, "integer": True, "max_probes": 8}
-    first, second = interleaved([probe("a", 10), probe("b", 20)], **settings)
-    assert (first.capacity, first.first_failing) == (10, 11) and (second.capacity, second.first_failing) == (20, 21)
-    alone = search(probe("c", 20), **settings)
-    assert [p.load for p in second.probes] == [p.load for p in alone.probes]
-    turns = calls[: 2 * min(len(first.probes), len(second.probes))]
-    # A probe of each a round while both run, who goes first alternating.
-    assert turns == ["a", "b", "b", "a"] * (len(turns) // 4) + ["a", "b"] * (len(turns) % 4 // 2)
-    # The searches' requests: disjoint shares that together are the whole pool.
-    pool = [{"id": i} for i in range(11)]
-    shares = [pool_share(pool, index, 2) for index in range(2)]
-    assert sorted(r["id"] for share in shares for r in share) == list(range(11)) and len(shares[0]) == 6
-
-
-def test_searches_agree_when_their_intervals_share_a_point_and_not_otherwise():
-    def estimate(value, low, high):
-        return {"value": value, "ci95": [low, high]}
-
-    agree = repeatability([estimate(44, 38, 51), estimate(47, 40, 55)])
-    assert (agree["status"], agree["spread"]) == ("pass", 3)
-    # Neighbours overlapping is not enough: the first and the third do not.
-    apart = repeatability([estimate(30, 28, 33), estimate(36, 32, 40), estimate(42, 39, 45)])
-    assert (apart["status"], apart["spread"]) == ("fail", 12) and "do not all overlap" in apart["detail"]
-    # An interval's end beyond the probed range is an infinity: [40, above] shares [52, 64].
-    open_ended = repeatability([estimate(47, 40, "above"), estimate(58, 52, 64)])
-    assert (open_ended["status"], open_ended["spread"]) == ("pass", 11)
-    ceiling = repeatability([estimate("above", 60, "above"), estimate(58, 50, 64)])
-    assert ceiling["status"] == "not_available" and ceiling["spread"] is None
-
-
 def test_a_fitted_interval_never_contradicts_its_own_decided_probes():
     """c=8 missed (15 of 20: its Wilson interval lies below 0.9) and c=2 undecided (113 of 120):
     the bootstrap's refits draw c=8 above the target often enough that the interval read
@@ -518,16 +474,6 @@ def test_the_fitted_capacity_is_written_with_its_interval_or_as_the_bound_it_is(
     )
     rate = {"value": 1.5, "ci95": [1.25, 2.0], "lowest_probe": 1.0, "highest_probe": 4.0}
     assert estimate_text("request_rate", rate) == "1.50 req/s [95 % CI 1.25 req/s to 2.00 req/s]"
-
-
-def test_the_report_lists_whether_independent_searches_agree():
-    from infbench.capacity.checks import capacity_checks
-
-    disagree = repeatability([{"value": 30, "ci95": [28, 33]}, {"value": 42, "ci95": [39, 45]}])
-    checks = capacity_checks({"repeatability": disagree})
-    agreement = next(c for c in checks if c["name"] == "interleaved searches agree")
-    assert (agreement["status"], agreement["value"]) == ("fail", 12)
-    assert not any(c["name"] == "interleaved searches agree" for c in capacity_checks({}))
 
 
 def test_the_cap_judged_by_is_the_configs_where_it_sets_one():

@@ -17,6 +17,7 @@ from markupsafe import escape
 from infbench.core.artifacts import load_model_artifacts
 from infbench.report import build_context, render
 from infbench.report.figures import figure
+from infbench.report.overview import pareto_front, speed_figure, speed_points
 from infbench.report.render import environment
 from infbench.stages import SECTION, SECTIONS
 
@@ -171,7 +172,8 @@ def render_page(context: dict) -> str:
 def test_no_figure_of_the_report_cuts_off_its_text(tiny_run):
     context = build_context({"tiny": load_model_artifacts(model_artifact_paths(tiny_run))}, {}, [])
     figures = [f for m in context["models"] for part in m["sections"] for f in part["view"].get("figures", [])]
-    assert len(figures) >= 7
+    figures.append(context["overview_figure"])
+    assert len(figures) >= 8
     assert {f.title: f.clipped_text for f in figures if f.clipped_text} == {}
 
 
@@ -357,7 +359,9 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "settled_early": "in this run: c=1",
         "out_of_time": "in this run: the concurrency search after 301 s",
         "estimate_method": "a fit",
-        "repeatability": None,
+        "runs": [],
+        "failed_runs": [],
+        "rerun_method": None,
         "summary": pd.DataFrame(),
         "figures": [],
         "probes": pd.DataFrame(),
@@ -397,14 +401,58 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "figures": [],
         "breakdown": pd.DataFrame(),
     }
-    agreeing = {
+    reruns = {
         **capacity,
-        "repeatability": {"detail": "2 interleaved searches: 44 [38, 51], 47 [40, 55]", "spread": 3},
+        "runs": [
+            {
+                "run": 1,
+                "headline": False,
+                "capacity": "c=2",
+                "outcome": "bracketed",
+                "fitted": "c=2 [95 % CI c=2 to c=3]",
+            },
+            {"run": 2, "headline": True, "capacity": "c=4", "outcome": "out of time", "fitted": "c=4 [c=4 to c=5]"},
+        ],
+        "failed_runs": [{"run": 3, "error": "the server exited"}],
+        "rerun_method": "a prediction interval",
     }
-    for name, view in (("capacity", capacity), ("capacity", agreeing), ("serve", serve)):
+    for name, view in (("capacity", capacity), ("capacity", reruns), ("serve", serve)):
         html = env.get_template(f"sections/{name}.html.j2").render(v=view)
         assert not run_together("<body>" + html), name
     assert run_together("<body><p>It ran.Then it stopped.</p>")
+
+
+def test_the_speed_figure_joins_the_points_no_other_beats_on_both_speeds():
+    """Serving levels and capacity probes as (output tok/s, 1000 / median TPOT): c=32 is slower
+    on both than c=16, c=24 than c=8, and c=4 as fast in all as c=8 but slower per user; c=48
+    missed its SLO yet is on the front, the fastest in all: c=1, c=8, c=16, c=48."""
+
+    def level(c, throughput, tpot):
+        across = {"output_throughput": {"mean": throughput}, "median_tpot_ms": {"mean": tpot}}
+        return {"mode": "concurrency", "max_concurrency": c, "across_repeats": across}
+
+    def probe(c, throughput, tpot, met):
+        return {"load": c, "met": met, "output_throughput": {"mean": throughput}, "median_tpot_ms": tpot}
+
+    artifacts = {
+        "load": {"levels": [level(1, 20.0, 40.0), level(8, 100.0, 60.0), level(4, 100.0, 80.0)]},
+        "capacity": {
+            "concurrency": {
+                "probes": [
+                    probe(16, 150.0, 90.0, True),
+                    probe(32, 140.0, 200.0, False),
+                    probe(24, 90.0, 100.0, False),
+                    probe(48, 200.0, 250.0, False),
+                ]
+            }
+        },
+    }
+    points = speed_points("m", artifacts)
+    assert [(p["load"], p["output tok/s per user"]) for p in points][:2] == [("c=1", 25.0), ("c=8", 1000 / 60)]
+    assert [p["load"] for p in pareto_front(points)] == ["c=1", "c=8", "c=16", "c=48"]
+    shown = speed_figure({"m": artifacts, "n": artifacts})
+    assert len(shown.table) == 14 and shown.clipped_text == []
+    assert speed_figure({"m": {}}) is None
 
 
 def test_the_offline_section_says_when_only_the_studys_request_ran():

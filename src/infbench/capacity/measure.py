@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import time
 
-from infbench.capacity.estimate import capacity_estimate, repeatability
+from infbench.capacity.estimate import capacity_estimate, rerun_interval
 from infbench.capacity.probe import Prober, Rule, TimeBudget
-from infbench.capacity.search import Probe, binding_limit, interleaved, search
+from infbench.capacity.search import Probe, binding_limit, search
+from infbench.core.capacity_terms import BELOW, as_number
 from infbench.core.metrics import MS
+from infbench.engines.server_metrics import server_kv_facts
+from infbench.engines.vllm_server import ServerError
 from infbench.kv.capacity_bounds import kv_full_usage, kv_limit_agreement, predicted_kv_concurrency
 from infbench.serving.client import load_request
 from infbench.serving.window import Window
@@ -45,12 +48,6 @@ def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) ->
     )
 
 
-def pool_share(pool: list[dict], index: int, count: int) -> list[dict]:
-    """Search `index` of `count`'s requests: every count-th row from the index-th, so that the
-    searches' shares are disjoint and together the whole pool."""
-    return pool[index::count]
-
-
 def search_capacity(
     server,
     workload: list[dict],
@@ -65,35 +62,19 @@ def search_capacity(
     timeout_s: float,
     progress=print,
 ) -> dict:
-    """The concurrency search (seeded by the KV prediction; with capacity.searches > 1, that many
-    searches taking turns, each on its own share of the pool, and whether their
-    capacities agree), then the rate search (seeded by the request rate served at the
-    concurrency capacity, up to the highest completion rate), each with its capacity estimate
-    and interval and the limit that binds it."""
-    count = settings["searches"]
-    # The searches that take turns share one time budget, as they share the server.
+    """The concurrency search (seeded by the KV prediction), then the rate search (seeded by the
+    request rate served at the concurrency capacity, up to the highest completion rate), each
+    with its capacity estimate and interval and the limit that binds it."""
     budget = TimeBudget(settings["max_search_s"])
-    # capacity.searches > 1: searches on disjoint shares of the pool, interleaved on one server.
-    probers = [
-        Prober(
-            server,
-            workload,
-            pool_share(pool, index, count),
-            settings,
-            load_settings,
-            seed=seed + index,
-            timeout_s=timeout_s,
-            budget=budget,
-            progress=(lambda line, n=index: progress(f"search {n + 1}/{count}: {line}")) if count > 1 else progress,
-        )
-        for index in range(count)
-    ]
-    first = probers[0]
+    prober = Prober(
+        server, workload, pool, settings, load_settings, seed=seed, timeout_s=timeout_s, budget=budget,
+        progress=progress,
+    )  # fmt: skip
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
-    # The prediction in the order the first search draws its rows; the KV classification and
-    # the KV-limit bounds over the whole pool, which every search draws from.
+    # The prediction in the order the search draws its rows; the KV classification and the
+    # KV-limit bounds over the whole pool.
     predicted = (
-        predicted_kv_concurrency([load_request(r, 0) for r in first.supply.rows], kv, max_model_len) if kv else None
+        predicted_kv_concurrency([load_request(r, 0) for r in prober.supply.rows], kv, max_model_len) if kv else None
     )
     pool_requests = [load_request(r, 0) for r in pool]
     full_usage = kv_full_usage(pool_requests, kv)
@@ -125,8 +106,8 @@ def search_capacity(
     if predicted:
         progress(f"concurrency search: predicted KV-limited concurrency {predicted['value']}")
     started = budget.start()
-    concurrency, *others = interleaved(
-        [lambda c, prober=prober: prober.probe("concurrency", c) for prober in probers],
+    concurrency = search(
+        lambda c: prober.probe("concurrency", c),
         start=settings["start_concurrency"],
         floor=1,
         ceiling=settings["max_concurrency"],
@@ -136,17 +117,11 @@ def search_capacity(
         kv_limit=predicted["value"] if predicted else None,
         out_of_time=budget.out,
     )
-    seconds = time.perf_counter() - started
     found = {
         "decision_rule": Rule.of(settings).to_json(),
         "predicted_kv_concurrency": predicted,
-        "concurrency": search_record("concurrency", concurrency, seconds),
+        "concurrency": search_record("concurrency", concurrency, time.perf_counter() - started),
     }
-    if others:
-        found["concurrency_searches"] = [search_record("concurrency", other, seconds) for other in others]
-        found["repeatability"] = repeatability(
-            [found["concurrency"]["estimate"], *(other["estimate"] for other in found["concurrency_searches"])]
-        )
     if settings["rate"]:
         served = found["concurrency"]["at_capacity"]
         window = rate_window(settings, found["concurrency"])
@@ -157,7 +132,7 @@ def search_capacity(
         highest = max((p.record["request_throughput"]["mean"] for p in concurrency.probes), default=0.0)
         started = budget.start()
         rate = search(
-            lambda r: first.probe("request_rate", r, window),
+            lambda r: prober.probe("request_rate", r, window),
             start=start,
             floor=settings["min_rate"],
             ceiling=max(start, highest),
@@ -168,8 +143,84 @@ def search_capacity(
         )
         found["request_rate"] = search_record("request_rate", rate, time.perf_counter() - started)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
-        found["request_rate"]["trace_rate"] = first.trace.rate if first.trace is not None else None
+        found["request_rate"]["trace_rate"] = prober.trace.rate if prober.trace is not None else None
     return found
+
+
+def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
+    """capacity.runs runs one after another, each `search_on(server, kv)` on a server of its own
+    from `new_server(run)`, run counted from 1 (started, and stopped before the next starts):
+    `across_runs` of their records. `kv`: the server's KV facts where it publishes /metrics,
+    else None. Of several runs, one whose server fails is recorded as failed and the others go
+    on (as AIPerf's multi-run does); where every run fails, the last failure ends the stage."""
+    records, failed = [], []
+    for index in range(runs):
+        if runs > 1:
+            progress(f"capacity run {index + 1} of {runs}, on a server started for it")
+        started = time.time()
+        try:
+            with new_server(index + 1) as server:
+                kv = server_kv_facts(server.base_url) if server.metrics else None
+                found = search_on(server, kv)
+        except ServerError as error:
+            if runs == 1 or (not records and index == runs - 1):
+                raise
+            progress(f"capacity run {index + 1} of {runs} failed: {error}".splitlines()[0])
+            failed.append({"run": index + 1, "error": str(error).splitlines()[0]})
+            continue
+        records.append({**found, "run": index + 1, "kv": kv, "started": started, "seconds": time.time() - started})
+    return {**across_runs(records), **({"failed_runs": failed} if failed else {})}
+
+
+def run_value(search: dict) -> float:
+    """A run's fitted capacity as a number for ordering runs: off its probed range as infinities,
+    none measured lowest."""
+    value = (search.get("estimate") or {}).get("value")
+    return BELOW if value is None else as_number(value)
+
+
+def across_runs(records: list[dict]) -> dict:
+    """One run's record as the headline, the median run by its fitted concurrency capacity (the
+    lower of the middle two where the runs are even), with every run's capacities and, from two
+    runs on, each search's rerun interval (docs/method.md#capacity-reruns)."""
+    kept = [key for key in records[0] if key not in ("run", "started", "seconds")]
+    if len(records) == 1:
+        return {key: records[0][key] for key in kept}
+    ordered = sorted(range(len(records)), key=lambda i: run_value(records[i]["concurrency"]))
+    middle = ordered[(len(records) - 1) // 2]
+    headline = {key: records[middle][key] for key in kept}
+    modes = [mode for mode in ("concurrency", "request_rate") if mode in headline]
+    headline["runs"] = [
+        {
+            "run": record["run"],
+            "started": record["started"],
+            "seconds": record["seconds"],
+            "headline": index == middle,
+            **{
+                mode: {
+                    "capacity": record[mode]["capacity"],
+                    "first_failing": record[mode]["first_failing"],
+                    "outcome": record[mode]["outcome"],
+                    "estimate": {
+                        key: record[mode]["estimate"][key]
+                        for key in ("value", "ci95", "lowest_probe", "highest_probe")
+                        if key in record[mode]["estimate"]
+                    },
+                }
+                for mode in modes
+            },
+        }
+        for index, record in enumerate(records)
+    ]
+    headline["rerun_interval"] = {
+        mode: rerun_interval(
+            [record[mode]["estimate"]["value"] for record in records],
+            [record[mode]["estimate"]["ci95"] for record in records],
+            integer=mode == "concurrency",
+        )
+        for mode in modes
+    }
+    return headline
 
 
 def cost_per_million_output_tokens(per_hour: float | None, output_throughput: float | None) -> float | None:

@@ -157,7 +157,7 @@ def search_steps(
     out_of_time: Callable[[], bool] = lambda: False,
 ) -> Generator[float, Probe, SearchResult]:
     """Bracket then bisect, one probe at a time: yields each load to probe, is sent its Probe
-    (or None: the load was not measured, the time having run out; `interleaved` decides), and
+    (or None: the load was not measured, the time having run out; `search` decides), and
     returns the SearchResult. Stops at `max_probes` probes or a load not measured, unconverged
     where the bracket is still wider than the resolution; `out_of_time()` names the outcome."""
     probes: list[Probe] = []
@@ -225,36 +225,19 @@ def search_steps(
     return SearchResult(passing, failing, probes, outcome)
 
 
-def interleaved(probe_functions: list[Callable[[float], Probe]], **settings) -> list[SearchResult]:
-    """One search per function of `probe_functions` (a load -> its Probe), all with the same
-    settings, taking turns probe by probe until every one has finished, who goes first rotating
-    each round (so that the machine's drift, and the first look at a new load, reach each
-    alike). Once `settings["out_of_time"]()`, a search's pending load is not measured (its
-    first is): another search's probe may have spent the time since it was asked for."""
-    out_of_time = settings.get("out_of_time", lambda: False)
-    steps = [search_steps(**settings) for _ in probe_functions]
-    pending = {index: next(step) for index, step in enumerate(steps)}
-    results: dict[int, SearchResult] = {}
-    started: set[int] = set()
-    round_ = 0
-    while pending:
-        order = sorted(pending)
-        for index in order[round_ % len(order) :] + order[: round_ % len(order)]:
-            # Outside the try: a probe's own StopIteration is an error.
-            measured = None if index in started and out_of_time() else probe_functions[index](pending[index])
-            started.add(index)
-            try:
-                pending[index] = steps[index].send(measured)
-            except StopIteration as finished:
-                results[index] = finished.value
-                del pending[index]
-        round_ += 1
-    return [results[index] for index in range(len(probe_functions))]
-
-
 def search(probe: Callable[[float], Probe], **settings) -> SearchResult:
-    """One search (search_steps' settings), `probe(load)` measuring each load."""
-    return interleaved([probe], **settings)[0]
+    """One search (search_steps' settings), `probe(load)` measuring each load; once
+    `settings["out_of_time"]()`, the next load is not measured (the first always is)."""
+    out_of_time = settings.get("out_of_time", lambda: False)
+    steps = search_steps(**settings)
+    measured = probe(next(steps))
+    while True:
+        try:
+            load = steps.send(measured)
+        except StopIteration as finished:
+            return finished.value
+        # Outside the try: a probe's own StopIteration is an error.
+        measured = None if out_of_time() else probe(load)
 
 
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"

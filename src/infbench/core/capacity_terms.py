@@ -127,3 +127,18 @@ def rule_text(rule: dict | None, target: float) -> str:
         f"{100 * target:g} % (capacity.decision: wilson, the default: it decides with the fewest requests, 35 at 0.9, "
         "which the default run's time budget rests on; early_stopping is MLPerf's rule, which needs more)."
     )
+
+
+def rerun_text(mode: str, capacity: dict) -> str:
+    """Where a rerun's fitted capacity falls (capacity.runs from 2), e.g. `a rerun: c=3 to c=9
+    (95 % prediction over 3 runs: c=4, c=6, c=5)`; with one run, that it was not measured."""
+    interval = (capacity.get("rerun_interval") or {}).get(mode)
+    if not interval:
+        return "not measured: one run (capacity.runs: 3 adds it)"
+    values = ", ".join(v if isinstance(v, str) else load_text(mode, v) for v in interval["values"])
+    if interval["ci95"] is None:
+        return f"no interval: a run's capacity lies off its probed range ({interval['runs']} runs: {values})"
+    low, high = interval["ci95"]
+    # Below one request in flight: a rerun may meet the SLO at no load at all.
+    shown = "below c=1" if mode == "concurrency" and low < 1 else load_text(mode, low)
+    return f"{shown} to {load_text(mode, high)} (95 % prediction over {interval['runs']} runs: {values})"

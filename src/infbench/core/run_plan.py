@@ -95,12 +95,11 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
     capacity = config["capacity"]
     if not capacity["enabled"]:
         return []
-    probes = capacity["max_probes"] * capacity["searches"]
+    probes = capacity["max_probes"] * capacity["runs"]
     expected = None
     if earlier:
-        # The earlier searches' probes, each pass resized to this config's window, for as many
-        # searches as this config runs.
-        searched = [earlier["concurrency"], *earlier.get("concurrency_searches", [])]
+        # The earlier run's probes (its headline run's), each pass resized to this config's
+        # window, for as many runs as this config makes.
         seconds = [
             pass_seconds(
                 capacity["window_s"],
@@ -109,20 +108,20 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
                 (probe["median_e2el_ms"] or 0.0) / 1000,
             )
             * probe["passes"]
-            for search in searched
-            for probe in search["probes"]
+            for probe in earlier["concurrency"]["probes"]
             if probe["request_throughput"]["mean"]
         ]
-        expected = sum(seconds) / len(searched) * capacity["searches"] / (probes * capacity["repeats"])  # a pass
+        expected = sum(seconds) * capacity["runs"] / (probes * capacity["repeats"])  # a pass
     plans = [
         PassPlan(
             "capacity",
-            f"concurrency search: up to {probes} probes of up to {capacity['repeats']} windows",
+            f"concurrency search: up to {probes} probes of up to {capacity['repeats']} windows"
+            + (f" over {capacity['runs']} runs" if capacity["runs"] > 1 else ""),
             probes * capacity["repeats"],
             capacity["window_s"],
             expected,
             up_to=True,
-            budget_s=capacity["max_search_s"],
+            budget_s=capacity["max_search_s"] * capacity["runs"],
         )
     ]
     if capacity["rate"]:
@@ -135,7 +134,7 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
                 0.0,
                 None,
                 up_to=True,
-                budget_s=capacity["max_search_s"],
+                budget_s=capacity["max_search_s"] * capacity["runs"],
             )
         )
     return plans

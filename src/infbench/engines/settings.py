@@ -68,6 +68,16 @@ def vllm_engine_args(model_dir: str, dtype: str, engine: dict, seed: int, device
     return args
 
 
+def pin_threads(cpus: set[int]) -> None:
+    """Every thread of this process onto `cpus` (place_client; undone with the CPUs it had before
+    another server starts, which must see and inherit them all)."""
+    for task in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except OSError:  # the thread ended meanwhile
+            continue
+
+
 def place_client(threads: int, device: str) -> dict:
     """Keep a load client (this process, every thread) off the cores the engine's OpenMP threads
     are bound to, where the machine has others; call after the server has started, so that it
@@ -76,11 +86,7 @@ def place_client(threads: int, device: str) -> dict:
     engine = set(bound_cpus(threads)) if device == "cpu" else set()
     free = allowed - engine
     if free:
-        for task in os.listdir("/proc/self/task"):
-            try:
-                os.sched_setaffinity(int(task), free)
-            except OSError:  # the thread ended meanwhile
-                continue
+        pin_threads(free)
     client = free or allowed
     shares = bool(engine & client)
     if device != "cpu":

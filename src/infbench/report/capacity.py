@@ -10,6 +10,7 @@ from infbench.core.capacity_terms import (
     OUTCOME_FIXES,
     capacity_text,
     load_text,
+    rerun_text,
     rule_text,
     undecided_bound,
 )
@@ -76,6 +77,7 @@ def search_rows(capacity: dict) -> list[dict]:
                 "SLO capacity": capacity_text(mode, search),
                 # An undecided end: the bound, not an interval the probes cannot back.
                 "fitted capacity": undecided_bound(mode, search) or estimate_text(mode, search.get("estimate")),
+                "a rerun's fitted capacity": rerun_text(mode, capacity),
                 "last passing probe": probe_text(mode, probes.get(search["capacity"])),
                 "first failing probe": probe_text(mode, probes.get(search["first_failing"])),
                 "output tok/s at capacity": f"{throughput['mean']:.1f}" if throughput else "",
@@ -110,10 +112,6 @@ def out_of_time_note(capacity: dict) -> str | None:
         (name, search)
         for name, search in (
             ("the concurrency search", capacity.get("concurrency")),
-            *(
-                (f"concurrency search {n}", other)
-                for n, other in enumerate(capacity.get("concurrency_searches", []), 2)
-            ),
             ("the request rate search", capacity.get("request_rate")),
         )
         if search
@@ -327,7 +325,17 @@ def view(capacity: dict | None) -> dict | None:
         if capacity.get("request_rate")
         else None,
         "estimate_method": capacity["concurrency"]["estimate"]["method"],
-        # Runs made before the rename keep it as "reproducibility".
-        "repeatability": capacity.get("repeatability") or capacity.get("reproducibility"),
+        "runs": [
+            {
+                "run": run["run"],
+                "headline": run["headline"],
+                "capacity": load_text("concurrency", run["concurrency"]["capacity"]),
+                "outcome": run["concurrency"]["outcome"].replace("_", " "),
+                "fitted": estimate_text("concurrency", run["concurrency"]["estimate"]),
+            }
+            for run in capacity.get("runs", [])
+        ],
+        "failed_runs": capacity.get("failed_runs", []),
+        "rerun_method": next(iter(capacity.get("rerun_interval", {}).values()), {}).get("method"),
         "probes": probe_table(capacity),
     }

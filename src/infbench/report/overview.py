@@ -1,10 +1,13 @@
-"""The overview: the figures a deployment decision starts from, one column per model."""
+"""The overview: the figures a deployment decision starts from, one column per model, and
+every measured load's per-user against total output speed."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from infbench.core.capacity_terms import capacity_text, load_text
+from infbench.core.capacity_terms import capacity_text, load_text, rerun_text
+from infbench.core.metrics import MS
+from infbench.report.figures import figure
 from infbench.report.serve import interval_text, level_label
 
 
@@ -39,7 +42,7 @@ def overview_row(model: str, artifacts: dict) -> dict:
                 first_failing = load_text(mode, search["first_failing"])
                 row[f"SLO capacity, {name} ({capacity['attainment_target']:.0%} within {slo})"] = (
                     f"{capacity_text(mode, search)} (first failing {first_failing}; "
-                    f"{search['binding']['limit'].replace('_', ' ')} binds)"
+                    f"{search['binding']['limit'].replace('_', ' ')} binds; a rerun: {rerun_text(mode, capacity)})"
                 )
         if capacity["cost"]["per_million_output_tokens"] is not None:
             row["cost per million output tokens at capacity"] = (
@@ -65,3 +68,79 @@ def overview_table(rows: list[dict]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).set_index("model").T.rename_axis("figure").reset_index()
+
+
+def speed_points(model: str, artifacts: dict) -> list[dict]:
+    """Every serving level and capacity probe as (output tok/s, output tok/s per user), a user's
+    speed being 1000 / its median TPOT in ms: the rate one streaming request's tokens arrive."""
+    points = []
+    for level in (artifacts.get("load") or {}).get("levels", []):
+        figures = level["across_repeats"]
+        if not (figures.get("median_tpot_ms") or {}).get("mean"):  # one output token: no TPOT
+            continue
+        points.append(
+            {
+                "model": model,
+                "source": "serving level",
+                "load": level_label(level),
+                "output tok/s": figures["output_throughput"]["mean"],
+                "output tok/s per user": MS / figures["median_tpot_ms"]["mean"],
+            }
+        )
+    for mode in ("concurrency", "request_rate"):
+        for probe in ((artifacts.get("capacity") or {}).get(mode) or {}).get("probes", []):
+            if probe.get("median_tpot_ms"):
+                points.append(
+                    {
+                        "model": model,
+                        "source": "capacity probe, " + ("met" if probe["met"] else "missed"),
+                        "load": load_text(mode, probe["load"]),
+                        "output tok/s": probe["output_throughput"]["mean"],
+                        "output tok/s per user": MS / probe["median_tpot_ms"],
+                    }
+                )
+    return points
+
+
+def pareto_front(points: list[dict]) -> list[dict]:
+    """The points no other point beats on both speeds (at least as fast for each user and in all,
+    and faster in one), by total speed."""
+    front = []
+    for point in sorted(points, key=lambda p: (-p["output tok/s"], -p["output tok/s per user"])):
+        if not front or point["output tok/s per user"] > front[-1]["output tok/s per user"]:
+            front.append(point)
+    return sorted(front, key=lambda p: p["output tok/s"])
+
+
+def speed_figure(models: dict[str, dict]):
+    """Per-user against total output speed over every level and probe, each model's Pareto
+    front joined; None where nothing was served."""
+    frame = pd.DataFrame([point for model, artifacts in models.items() for point in speed_points(model, artifacts)])
+    if frame.empty:
+        return None
+
+    def draw(ax):
+        markers = {"serving level": "o", "capacity probe, met": "^", "capacity probe, missed": "v"}
+        for index, (model, points) in enumerate(frame.groupby("model", sort=False)):
+            colour = f"C{index}"
+            front = pd.DataFrame(pareto_front(points.to_dict("records")))
+            ax.plot(
+                front["output tok/s"], front["output tok/s per user"], color=colour, lw=1.2, label=f"{model}: front"
+            )
+            for source, group in points.groupby("source"):
+                ax.scatter(
+                    group["output tok/s"], group["output tok/s per user"], color=colour, marker=markers[source],
+                    s=28, label=f"{model}: {source}" if len(models) > 1 else source,
+                )  # fmt: skip
+        ax.set_xlabel("output tokens per second, all requests")
+        ax.set_ylabel("output tokens per second per user")
+        ax.legend(fontsize=7, frameon=False)
+
+    return figure(
+        "Each user's speed against the server's, every level and probe",
+        draw,
+        frame,
+        "Each point a serving level (mean over its repeats) or a capacity probe; a user's speed is 1000 / the "
+        "median TPOT in ms. The line joins the points no other beats on both axes: along it, one user's speed "
+        "is traded for the server's total. A capacity probe points up where it met the SLO, down where it missed.",
+    )

@@ -12,7 +12,7 @@ import jinja2
 
 from infbench.core import study_figures
 from infbench.report.checks import checks_view, collect_checks
-from infbench.report.overview import overview_row, overview_table
+from infbench.report.overview import overview_row, overview_table, speed_figure
 from infbench.report.page import model_view, provenance_view, read_benchmarks, workload_view
 from infbench.report.tables import html_table
 from infbench.stages import SECTIONS, Section
@@ -60,6 +60,7 @@ def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) 
         "models": [model_context(model, artifacts) for model, artifacts in models.items()],
         "checks": checks_view(checks),
         "overview": overview_table([overview_row(model, artifacts) for model, artifacts in models.items()]),
+        "overview_figure": speed_figure(models),
         "run": {
             "benchmarks": read_benchmarks(benchmarks),
             "config_yaml": json.dumps(config, indent=2),

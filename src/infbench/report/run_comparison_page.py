@@ -134,6 +134,15 @@ def capacity_text(estimate: dict) -> str:
     return f"{shown(estimate['value'])} [{shown(low)}, {shown(high)}]"
 
 
+def runs_text(runs: dict | None) -> str:
+    """Two runs' capacities over their capacity.runs, as `7, 6, 2 -> 8, 9, 7: 1.6x [0.71, 3.7]`."""
+    if not runs:
+        return "not over runs (one side ran once, a run lies off its probed range, or no run varied): by the intervals"
+    ratio = runs["ratio"]
+    values = " -> ".join(", ".join(f"{v:.3g}" for v in runs[side]) for side in ("baseline", "candidate"))
+    return f"{values}: {ratio['ratio']:.2f}x [{ratio['ci95_low']:.2f}, {ratio['ci95_high']:.2f}]"
+
+
 def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_patterns: list[str]) -> dict:
     return {
         "record": record,
@@ -149,6 +158,7 @@ def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_pa
                         "baseline_text": capacity_text(row["baseline"]),
                         "candidate_text": capacity_text(row["candidate"]),
                         "verdict_class": CAPACITY_CLASS[row["verdict"]],
+                        "runs_text": runs_text(row.get("runs")),
                     }
                     for row in comparison.get("capacities", [])
                 ],

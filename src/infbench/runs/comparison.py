@@ -227,7 +227,12 @@ def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | N
 CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s"}
 LOWER, HIGHER = "lower", "higher"
 CAPACITY_METHOD = (
-    "each run's fitted SLO capacity with its 95 % bootstrap interval (capacity.json, estimate): lower when "
+    "where both runs ran the search at least twice (capacity.runs), every run's capacity within its probed range, "
+    "and the runs vary on one side at least, the ratio of their mean fitted capacities with a 95 % Welch interval "
+    "over the runs (core/stats.ratio_of_means), which holds the spread between reruns (those of one side ran in "
+    "one stretch of time, so drift over hours between the sides is not in it): lower when the interval lies "
+    "wholly below 1, higher when above, else no difference detected. Otherwise each "
+    "run's fitted SLO capacity with its 95 % bootstrap interval (capacity.json, estimate): lower when "
     "the candidate's whole interval lies below the baseline's, higher when above, no difference detected when "
     "they overlap (non-overlap of two 95 % intervals is a stricter test than 5 % of the sampling within each run; the "
     "intervals do not hold the spread between reruns, docs/method.md#capacity-reruns); an end outside the probed "
@@ -280,6 +285,30 @@ def capacity_verdict(baseline: tuple[float, float] | None, candidate: tuple[floa
     return NO_DIFFERENCE
 
 
+def rerun_values(capacity: dict | None, mode: str) -> list[float] | None:
+    """A run's fitted capacities over its capacity.runs, where there were two or more and each is
+    a number (its rerun interval exists); else None."""
+    interval = ((capacity or {}).get("rerun_interval") or {}).get(mode)
+    return interval["values"] if interval and interval["ci95"] is not None else None
+
+
+def by_runs(baseline: list[float] | None, candidate: list[float] | None) -> bool:
+    """Whether two runs' capacities compare over their runs: both ran two or more within their
+    probed ranges, and they vary on at least one side (with no spread at all, the runs' t
+    interval would be a point: their own intervals judge instead)."""
+    return bool(baseline and candidate) and (len(set(baseline)) > 1 or len(set(candidate)) > 1)
+
+
+def runs_verdict(baseline: list[float], candidate: list[float]) -> tuple[str, dict]:
+    """CAPACITY_METHOD's first rule: candidate over baseline, by ratio_of_means over the runs."""
+    ratio = ratio_of_means(candidate, baseline)
+    if ratio["ci95_high"] < 1:
+        return LOWER, ratio
+    if ratio["ci95_low"] > 1:
+        return HIGHER, ratio
+    return NO_DIFFERENCE, ratio
+
+
 def unjudged(capacity: dict) -> str:
     """Why a capacity comparison has no interval: a run whose client could not send the load
     above its capacity (a lower bound), or a capacity outside its run's probed range."""
@@ -303,6 +332,12 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
             base_estimate, cand_estimate = base_search.get("estimate"), cand_search.get("estimate")
             if not base_estimate or not cand_estimate or base_estimate["value"] is None:
                 continue
+            base_runs, cand_runs = rerun_values(base, mode), rerun_values(cand, mode)
+            if by_runs(base_runs, cand_runs):
+                verdict, ratio = runs_verdict(base_runs, cand_runs)
+            else:
+                verdict = capacity_verdict(search_bounds(mode, base_search), search_bounds(mode, cand_search))
+                ratio = None
             rows.append(
                 {
                     "key": figure_key(base_model, "capacity", mode, "capacity"),
@@ -320,7 +355,9 @@ def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: di
                         "ci95": cand_estimate["ci95"],
                         "outcome": cand_search.get("outcome"),
                     },
-                    "verdict": capacity_verdict(search_bounds(mode, base_search), search_bounds(mode, cand_search)),
+                    # Over the runs (capacity.runs from 2 on both sides): the ratio and its interval.
+                    "runs": {"baseline": base_runs, "candidate": cand_runs, "ratio": ratio} if ratio else None,
+                    "verdict": verdict,
                 }
             )
     return rows
@@ -418,8 +455,8 @@ GATE_ALPHA = 0.025
 GATE_METHOD = (
     "a gated figure fails when it is missing from the candidate, has no interval there, or is slower: "
     "Holm's step-down over every gated figure of the comparison at a family-wise 2.5 % (one-sided), "
-    "on p_slower (H0: no slower than the threshold band); a gated SLO capacity fails when its fitted value's "
-    "95 % interval lies wholly below the baseline's, or either lies outside its probed range"
+    "on p_slower (H0: no slower than the threshold band); a gated SLO capacity fails when its verdict "
+    "(the capacity rule) is lower, or it has no interval (a run that measured no capacity, or a client-limited one)"
 )
 
 
@@ -475,6 +512,15 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                 lines.append(f"no interval: {figure['key']} ({pair}): {why}, so it cannot be judged")
         for capacity in comparison.get("capacities", []):
             if gated(capacity["key"]) and capacity["verdict"] in (LOWER, NO_INTERVAL):
+                runs = capacity.get("runs")
+                if runs:
+                    ratio = runs["ratio"]
+                    lines.append(
+                        f"regressed: {capacity['key']} ({pair}): over capacity.runs {runs['candidate']} against "
+                        f"{runs['baseline']} {capacity['unit']}, mean ratio {ratio['ratio']:.2f} "
+                        f"[{ratio['ci95_low']:.2f}, {ratio['ci95_high']:.2f}] (its 95 % interval lies wholly below 1)"
+                    )
+                    continue
                 why = (
                     "regressed: its 95 % interval lies wholly below the baseline's"
                     if capacity["verdict"] == LOWER

@@ -67,7 +67,7 @@ def run_tuning(
                 server,
                 workload,
                 pool,
-                {**capacity, "rate": False, "searches": 1},  # a cell's capacity, one search
+                {**capacity, "rate": False},  # a cell's capacity: the concurrency search, one run
                 load,
                 kv,
                 max_model_len=spec.engine["max_model_len"],
