@@ -17,6 +17,7 @@ from infbench.report.run_comparison_page import build_comparison_context
 from infbench.runs.comparison import capacity_verdict, comparison_record, gate, search_bounds
 from infbench.runs.results import RunResults, run_provenance
 from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.window import PoolRanDry
 
 
 def test_the_rerun_interval_is_students_prediction_interval_on_the_log_scale():
@@ -30,7 +31,8 @@ def test_the_rerun_interval_is_students_prediction_interval_on_the_log_scale():
     assert rerun_interval([4, 5, 8], integer=True)["ci95"] == [0, 32]
     # Identical runs: no spread, yet never narrower than a run's own interval.
     assert rerun_interval([6, 6, 6], [[6, 7], [5, 6], [6, 6]], integer=True)["ci95"] == [5, 7]
-    assert rerun_interval([6, 6, 6], [[6, "above"], None, [6, 6]], integer=True)["ci95"] == [6, 6]
+    # A run's own interval open-ended: so is a rerun's, no interval.
+    assert rerun_interval([6, 6, 6], [[6, "above"], None, [6, 6]], integer=True)["ci95"] is None
     # A run off its probed range, or one run only: no interval.
     assert rerun_interval([6, "above", 7], integer=True)["ci95"] is None
     assert rerun_interval([6], integer=True)["ci95"] is None
@@ -95,7 +97,9 @@ def test_the_headline_is_the_median_run_by_fitted_capacity_with_every_run_beside
 def test_each_run_searches_on_a_server_started_for_it_and_stopped_before_the_next(tmp_path):
     """Three runs on the reference server, each of its own KV pool: a process per run, alive
     while its run searches and gone before the next starts, each run's KV facts read from its
-    own server; run 2's server fails to start, is recorded as failed, and runs 1 and 3 are kept."""
+    own server; run 2's server fails to start, is recorded as failed, and runs 1 and 3 are kept.
+    A failure before any run completed ends the stage (it would recur), as does one that is not
+    the server's (a pool run dry: a setting to change)."""
     servers, lines = [], []
 
     def new_server(run):
@@ -116,11 +120,32 @@ def test_each_run_searches_on_a_server_started_for_it_and_stopped_before_the_nex
     assert found["failed_runs"] == [{"run": 2, "error": "the server exited before it was ready (log: server2.log)"}]
     assert "capacity run 2 of 3 failed: the server exited before it was ready (log: server2.log)" in lines
     assert all(r["seconds"] > 0 for r in found["runs"])
-    # Every run failing, or the one run: the failure ends the stage.
+    # Run 1 failing, or the one run: the failure ends the stage.
     with pytest.raises(ServerError):
         search_runs(1, lambda run: new_server(2), search_on, progress=lines.append)
+    starts = []
+
+    def first_fails(run):
+        starts.append(run)
+        return new_server(2)
+
     with pytest.raises(ServerError):
-        search_runs(2, lambda run: new_server(2), search_on, progress=lines.append)
+        search_runs(3, first_fails, search_on, progress=lines.append)
+    assert starts == [1]
+
+    def pool_dry(server, kv):
+        if len(servers) == 3:
+            return search_on(server, kv)
+        raise PoolRanDry("the request pool ran out: raise workload.pool_requests")
+
+    with pytest.raises(PoolRanDry):
+        search_runs(2, lambda run: new_server(run + 2), pool_dry, progress=lines.append)
+    assert all(s.process.poll() is not None for s in servers)
+    # One run of three left: it is the headline, with the failures beside it and no interval.
+    servers.clear()
+    one = search_runs(3, lambda run: new_server(2 if run > 1 else 1), search_on, progress=lines.append)
+    assert [r["run"] for r in one["runs"]] == [1] and [f["run"] for f in one["failed_runs"]] == [2, 3]
+    assert rerun_text("concurrency", one) == "not measured: 1 run completed (c=1)"
 
 
 def run_factory(source, models) -> RunResults:
@@ -175,7 +200,7 @@ def test_a_check_names_every_run_that_failed_or_did_not_converge():
     name = "every capacity run completed and converged"
     (check,) = capacity_checks({"runs": runs, "failed_runs": [{"run": 4, "error": "the server exited"}]})
     assert (check["name"], check["status"], check["value"]) == (name, "warn", 2)
-    assert check["detail"] == "run 4 failed: the server exited; run 2 out of time (of 4 runs)"
+    assert check["detail"] == "run 4 failed: the server exited; run 2 concurrency search out of time (of 4 runs)"
     runs[1]["concurrency"]["outcome"] = "bracketed"
     (check,) = capacity_checks({"runs": runs})
     assert (check["status"], check["detail"]) == ("pass", "3 runs, each bracketed")

@@ -86,9 +86,10 @@ def runs_converged(record: dict) -> dict:
     """capacity.runs from 2: every run completed and its concurrency search converged (the headline's
     own checks cover one run; a rerun interval over unconverged runs leans on their fitted points)."""
     shaky = [
-        f"run {run['run']} {run['concurrency']['outcome'].replace('_', ' ')}"
+        f"run {run['run']} {mode.replace('_', ' ')} search {run[mode]['outcome'].replace('_', ' ')}"
         for run in record["runs"]
-        if run["concurrency"]["outcome"] != "bracketed"
+        for mode in ("concurrency", "request_rate")
+        if mode in run and run[mode]["outcome"] != "bracketed"
     ]
     failed = [f"run {run['run']} failed: {run['error']}" for run in record.get("failed_runs", [])]
     count = len(record["runs"]) + len(failed)

@@ -111,9 +111,10 @@ def rerun_interval(values: list, own: list | None = None, *, integer: bool) -> d
     """The 95 % prediction interval for one more run's capacity, from `values`, the fitted
     capacities of capacity.runs runs, each on its own server, and `own`, each run's own 95 %
     interval (RERUN_METHOD). None as the interval where fewer than two runs, or any run's
-    capacity off its probed range or missing."""
+    capacity, or an end of its own interval, off its probed range or missing."""
     record = {"values": values, "runs": len(values), "method": RERUN_METHOD}
-    if len(values) < 2 or not all(isinstance(v, (int, float)) and v > 0 for v in values):
+    open_ended = any(isinstance(end, str) for interval in own or [] if interval for end in interval)
+    if len(values) < 2 or open_ended or not all(isinstance(v, (int, float)) and v > 0 for v in values):
         return {**record, "geometric_mean": None, "sd_log": None, "t": None, "ci95": None}
     logs = np.log(np.asarray(values, dtype=float))
     centre, spread, t = float(logs.mean()), float(logs.std(ddof=1)), t_975(len(values) - 1)
@@ -121,13 +122,7 @@ def rerun_interval(values: list, own: list | None = None, *, integer: bool) -> d
     low, high = math.exp(centre - half), math.exp(centre + half)
     # Never narrower than a run's own interval: runs that agree to the request say little of a
     # rerun's spread.
-    ends = [
-        end
-        for interval in own or []
-        if interval
-        for end in interval
-        if isinstance(end, (int, float)) and math.isfinite(end)
-    ]
+    ends = [end for interval in own or [] if interval for end in interval if math.isfinite(end)]
     low, high = min([low, *ends]), max([high, *ends])
     # A concurrency is a whole number of requests: the interval widened to the integers around it.
     ends = [math.floor(low + 1e-9), math.ceil(high - 1e-9)] if integer else [round(low, 3), round(high, 3)]
@@ -160,11 +155,11 @@ METHOD = (
 )
 
 RERUN_METHOD = (
-    "over n runs' fitted capacities x_i (capacity.runs, each run a search on a server started for it): "
-    "exp(mean(ln x) +- t_{0.975, n-1} * sd(ln x) * sqrt(1 + 1/n)), Student's prediction interval for one more "
-    "run on the log scale (not an interval for the mean, which holds a rerun less often: 84 % at n = 3), widened "
-    "to hold each run's own 95 % interval, a concurrency to whole requests; every run sends the same seeded "
-    "requests; it covers what the runs varied by (server "
-    "starts, the machine's drift over the minutes between them), not a change of machine or an hour the runs "
-    "did not see; measured coverage: docs/method.md#capacity-reruns"
+    "over n runs' fitted capacities x_i (capacity.runs, each run a search on a server started for it, or on "
+    "the external endpoint again): exp(mean(ln x) +- t_{0.975, n-1} * sd(ln x) * sqrt(1 + 1/n)), Student's "
+    "prediction interval for one more run on the log scale (not an interval for the mean, which holds a rerun "
+    "less often: 84 % at n = 3), widened to hold each run's own 95 % interval (none where one is open-ended), a "
+    "concurrency to whole requests; every run sends the same seeded requests; it covers what the runs varied by "
+    "(server starts, the machine's drift over the minutes between them), not a change of machine or an hour the "
+    "runs did not see; measured coverage: docs/method.md#capacity-reruns"
 )

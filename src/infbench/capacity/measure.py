@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import time
 
+import httpx
+
 from infbench.capacity.estimate import capacity_estimate, rerun_interval
 from infbench.capacity.probe import Prober, Rule, TimeBudget
 from infbench.capacity.search import Probe, binding_limit, search
 from infbench.core.capacity_terms import BELOW, as_number
 from infbench.core.metrics import MS
+from infbench.engines.external_endpoint import EndpointError
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.vllm_server import ServerError
 from infbench.kv.capacity_bounds import kv_full_usage, kv_limit_agreement, predicted_kv_concurrency
@@ -151,8 +154,9 @@ def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
     """capacity.runs runs one after another, each `search_on(server, kv)` on a server of its own
     from `new_server(run)`, run counted from 1 (started, and stopped before the next starts):
     `across_runs` of their records. `kv`: the server's KV facts where it publishes /metrics,
-    else None. Of several runs, one whose server fails is recorded as failed and the others go
-    on (as AIPerf's multi-run does); where every run fails, the last failure ends the stage."""
+    else None. Of several runs, once one has completed, a later one whose server or endpoint
+    fails is recorded as failed and the others go on (as AIPerf's multi-run does); a failure
+    before any run completed ends the stage (it would recur)."""
     records, failed = [], []
     for index in range(runs):
         if runs > 1:
@@ -162,14 +166,14 @@ def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
             with new_server(index + 1) as server:
                 kv = server_kv_facts(server.base_url) if server.metrics else None
                 found = search_on(server, kv)
-        except ServerError as error:
-            if runs == 1 or (not records and index == runs - 1):
+        except (ServerError, EndpointError, httpx.HTTPError) as error:
+            if not records:
                 raise
             progress(f"capacity run {index + 1} of {runs} failed: {error}".splitlines()[0])
             failed.append({"run": index + 1, "error": str(error).splitlines()[0]})
             continue
         records.append({**found, "run": index + 1, "kv": kv, "started": started, "seconds": time.time() - started})
-    return {**across_runs(records), **({"failed_runs": failed} if failed else {})}
+    return {**across_runs(records, several=runs > 1), **({"failed_runs": failed} if failed else {})}
 
 
 def run_value(search: dict) -> float:
@@ -179,12 +183,13 @@ def run_value(search: dict) -> float:
     return BELOW if value is None else as_number(value)
 
 
-def across_runs(records: list[dict]) -> dict:
+def across_runs(records: list[dict], several: bool | None = None) -> dict:
     """One run's record as the headline, the median run by its fitted concurrency capacity (the
-    lower of the middle two where the runs are even), with every run's capacities and, from two
-    runs on, each search's rerun interval (docs/method.md#capacity-reruns)."""
+    lower of the middle two where the runs are even), with every run's capacities and each
+    search's rerun interval where `several` runs were asked for (by default: given), however
+    many completed (docs/method.md#capacity-reruns)."""
     kept = [key for key in records[0] if key not in ("run", "started", "seconds")]
-    if len(records) == 1:
+    if not (len(records) > 1 if several is None else several):
         return {key: records[0][key] for key in kept}
     ordered = sorted(range(len(records)), key=lambda i: run_value(records[i]["concurrency"]))
     middle = ordered[(len(records) - 1) // 2]

@@ -136,8 +136,11 @@ def rerun_text(mode: str, capacity: dict) -> str:
     if not interval:
         return "not measured: one run (capacity.runs: 3 adds it)"
     values = ", ".join(v if isinstance(v, str) else load_text(mode, v) for v in interval["values"])
+    if interval["runs"] < 2:
+        return f"not measured: {interval['runs']} run completed ({values})"
     if interval["ci95"] is None:
-        return f"no interval: a run's capacity lies off its probed range ({interval['runs']} runs: {values})"
+        off = "a run's capacity or its interval lies off its probed range"
+        return f"no interval: {off} ({interval['runs']} runs: {values})"
     low, high = interval["ci95"]
     # Below one request in flight: a rerun may meet the SLO at no load at all.
     shown = "below c=1" if mode == "concurrency" and low < 1 else load_text(mode, low)
