@@ -17,7 +17,7 @@ from markupsafe import escape
 from infbench.core.artifacts import load_model_artifacts
 from infbench.report import build_context, render
 from infbench.report.figures import figure
-from infbench.report.overview import pareto_front, speed_figure, speed_points
+from infbench.report.overview import answer, pareto_front, speed_figure, speed_points
 from infbench.report.render import environment
 from infbench.stages import SECTION, SECTIONS
 
@@ -37,6 +37,7 @@ def jobs_of(dry_run_stdout: str) -> set[str]:
 def test_report_has_every_section_with_numbers(tiny_run):
     html = (tiny_run / "results/report.html").read_text()
     for heading in (
+        "The answer",
         "Validity checks",
         "Overview",
         "<h3>1–2. Hugging Face baseline and vLLM offline",
@@ -453,6 +454,45 @@ def test_the_speed_figure_joins_the_points_no_other_beats_on_both_speeds():
     shown = speed_figure({"m": artifacts, "n": artifacts})
     assert len(shown.table) == 14 and shown.clipped_text == []
     assert speed_figure({"m": {}}) is None
+
+
+def test_the_answer_gives_capacity_binding_rerun_cost_speedup_and_failed_checks():
+    probes = [{"load": 8, "decided": True}, {"load": 9, "decided": True}]
+    estimate = {"value": 8, "ci95": [8, 8], "lowest_probe": 4, "highest_probe": 16}
+    search = {"capacity": 8, "first_failing": 9, "outcome": "bracketed", "probes": probes, "estimate": estimate}
+    artifacts = {
+        "capacity": {
+            "slo_ms": {"tpot": 100},
+            "attainment_target": 0.9,
+            "concurrency": {**search, "binding": {"limit": "kv_memory"}},
+            "cost": {"per_million_output_tokens": 1.5, "currency": "EUR"},
+        },
+        "offline_comparison": {
+            "ratios": [
+                {"vllm_scenario": "study_single_16", "hf_scenario": "study_single_16",
+                 "output_throughput": {"ratio": 1.1, "ci95_low": 0.9, "ci95_high": 1.3}},
+                {"vllm_scenario": "workload_continuous", "hf_scenario": "workload_sequential",
+                 "output_throughput": {"ratio": 2.5, "ci95_low": 2.0, "ci95_high": 3.0}},
+            ]
+        },
+    }  # fmt: skip
+    checks = [
+        {"model": "m", "stage": "capacity", "name": "attainment falls", "status": "fail"},
+        {"model": "m", "stage": "load c=4", "name": "repeats agree", "status": "warn"},
+        {"model": "other", "stage": "load", "name": "no failures", "status": "fail"},
+    ]
+    rows = dict(answer("m", artifacts, checks)["rows"])
+    assert rows == {
+        "requests in flight served, 90% of requests within TPOT ≤ 100 ms": "c=8 (fitted c=8 [95 % CI c=8 to c=8])",
+        "requests in flight: a rerun": "not measured: one run (capacity.runs: 3 adds it)",
+        "what binds it": "KV memory (requests waited for blocks or were preempted)",
+        "cost per million output tokens": "1.50 EUR",
+        "vLLM over HF, output tok/s (workload_continuous vs workload_sequential)": "2.50× [2.00, 3.00]",
+        "validity checks that failed": "capacity: attainment falls",
+    }
+    assert dict(answer("n", {}, checks)["rows"]) == {"validity checks that failed": "none"}
+    html = environment(TEMPLATES).get_template("parts/answer.html.j2").render(answers=[answer("m", artifacts, checks)])
+    assert "<th>m</th>" in html and "KV memory" in html and not run_together("<body>" + html)
 
 
 def test_the_offline_section_says_when_only_the_studys_request_ran():

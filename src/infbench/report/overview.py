@@ -1,5 +1,7 @@
-"""The overview: the figures a deployment decision starts from, one column per model, and
-every measured load's per-user against total output speed."""
+"""The answer a deployer can forward (per model: the SLO capacity, what binds, a rerun's
+range, the cost, vLLM over HF, the checks that failed); the overview: the figures a decision
+starts from, one column per model, and every measured load's per-user against total output
+speed."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import pandas as pd
 
 from infbench.core.capacity_terms import capacity_text, load_text, rerun_text
 from infbench.core.metrics import MS
+from infbench.report.capacity import LIMITS, estimate_text
 from infbench.report.figures import figure
 from infbench.report.serve import interval_text, level_label
 
@@ -61,6 +64,41 @@ def overview_row(model: str, artifacts: dict) -> dict:
         top = max(utilisation["rows"], key=lambda r: r["mbu"])
         row["highest memory bandwidth utilisation"] = f"{top['mbu']:.0%} ({top['stage']} {top['case']})"
     return row
+
+
+def answer(model: str, artifacts: dict, checks: list[dict]) -> dict:
+    """One model's answer, as (question, answer) rows: what it serves within the SLO and what
+    binds it, where a rerun's capacity falls, the cost, vLLM over HF, and every failed check."""
+    rows = []
+    capacity = artifacts.get("capacity")
+    if capacity:
+        slo = " and ".join(f"{metric.upper()} ≤ {limit:g} ms" for metric, limit in capacity["slo_ms"].items())
+        within = f"{capacity['attainment_target']:.0%} of requests within {slo}"
+        for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):
+            search = capacity.get(mode)
+            if search:
+                fitted = estimate_text(mode, search.get("estimate"))
+                rows.append((f"{name} served, {within}", f"{capacity_text(mode, search)} (fitted {fitted})"))
+                rows.append((f"{name}: a rerun", rerun_text(mode, capacity)))
+        rows.append(("what binds it", LIMITS[capacity["concurrency"]["binding"]["limit"]]))
+        cost = capacity["cost"]
+        if cost["per_million_output_tokens"] is not None:
+            rows.append(
+                ("cost per million output tokens", f"{cost['per_million_output_tokens']:.2f} {cost['currency']}")
+            )
+    ratios = (artifacts.get("offline_comparison") or {}).get("ratios", [])
+    best = next((r for r in ratios if r["vllm_scenario"] == "workload_continuous"), ratios[0] if ratios else None)
+    if best:
+        tp = best["output_throughput"]
+        rows.append(
+            (
+                f"vLLM over HF, output tok/s ({best['vllm_scenario']} vs {best['hf_scenario']})",
+                f"{tp['ratio']:.2f}× [{tp['ci95_low']:.2f}, {tp['ci95_high']:.2f}]",
+            )
+        )
+    failed = [f"{c['stage']}: {c['name']}" for c in checks if c["model"] == model and c["status"] == "fail"]
+    rows.append(("validity checks that failed", "; ".join(failed) or "none"))
+    return {"model": model, "rows": rows}
 
 
 def overview_table(rows: list[dict]) -> pd.DataFrame:

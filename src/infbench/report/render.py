@@ -12,7 +12,7 @@ import jinja2
 
 from infbench.core import study_figures
 from infbench.report.checks import checks_view, collect_checks
-from infbench.report.overview import overview_row, overview_table, speed_figure
+from infbench.report.overview import answer, overview_row, overview_table, speed_figure
 from infbench.report.page import model_view, provenance_view, read_benchmarks, workload_view
 from infbench.report.tables import html_table
 from infbench.stages import SECTIONS, Section
@@ -59,6 +59,7 @@ def build_context(models: dict[str, dict], config: dict, benchmarks: list[str]) 
     return {
         "models": [model_context(model, artifacts) for model, artifacts in models.items()],
         "checks": checks_view(checks),
+        "answers": [answer(model, artifacts, checks) for model, artifacts in models.items()],
         "overview": overview_table([overview_row(model, artifacts) for model, artifacts in models.items()]),
         "overview_figure": speed_figure(models),
         "run": {
