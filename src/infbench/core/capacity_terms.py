@@ -9,6 +9,9 @@ import math
 
 BELOW, ABOVE = -math.inf, math.inf  # a capacity's crossing lies below the lowest probe / above the highest
 
+# The searches a capacity record may hold, as the report names them.
+SEARCHES = {"concurrency": "requests in flight", "request_rate": "request rate"}
+
 
 def as_number(value: float | str) -> float:
     """A crossing from JSON (capacity/estimate.py's `shown` inverted): "below" and "above" as infinities."""

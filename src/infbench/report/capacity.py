@@ -8,6 +8,7 @@ import pandas as pd
 from infbench.core.capacity_terms import (
     LAG_GROWTH_BEHIND,
     OUTCOME_FIXES,
+    SEARCHES,
     capacity_text,
     load_text,
     rerun_text,
@@ -64,7 +65,7 @@ def probe_text(mode: str, probe: dict | None) -> str:
 
 def search_rows(capacity: dict) -> list[dict]:
     rows = []
-    for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):
+    for mode, name in SEARCHES.items():
         search = capacity.get(mode)
         if not search:
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.core.capacity_terms import capacity_text, load_text, rerun_text
+from infbench.core.capacity_terms import SEARCHES, capacity_text, load_text, rerun_text
 from infbench.core.metrics import MS
 from infbench.report.capacity import LIMITS, estimate_text
 from infbench.report.figures import figure
@@ -39,7 +39,7 @@ def overview_row(model: str, artifacts: dict) -> dict:
     capacity = artifacts.get("capacity")
     if capacity:
         slo = ", ".join(f"{key} {value:g} ms" for key, value in capacity["slo_ms"].items())
-        for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):
+        for mode, name in SEARCHES.items():
             search = capacity.get(mode)
             if search:
                 first_failing = load_text(mode, search["first_failing"])
@@ -74,7 +74,7 @@ def answer(model: str, artifacts: dict, checks: list[dict]) -> dict:
     if capacity:
         slo = " and ".join(f"{metric.upper()} ≤ {limit:g} ms" for metric, limit in capacity["slo_ms"].items())
         within = f"{capacity['attainment_target']:.0%} of requests within {slo}"
-        for mode, name in (("concurrency", "requests in flight"), ("request_rate", "request rate")):
+        for mode, name in SEARCHES.items():
             search = capacity.get(mode)
             if search:
                 fitted = estimate_text(mode, search.get("estimate"))
