@@ -1,6 +1,7 @@
 """Rule `capacity`: the highest concurrency and request rate served within the SLO, found by
 bracketing and bisection on a fresh server of the model (or the external endpoint), capacity.runs
-times, each run on a server started for it -> capacity.json."""
+times, each run on a server started for it -> capacity.json and every probe's requests in
+capacity.requests.csv."""
 
 import os
 
@@ -11,6 +12,7 @@ from infbench.core.stage import run_stage
 from infbench.engines.external_endpoint import measured_server
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import pin_threads, place_client, server_max_num_seqs
+from infbench.serving.request_table import write_table
 
 
 def run_log(path: str, run: int) -> str:
@@ -50,10 +52,11 @@ def main(stage):
 
     result = search_runs(params.capacity["runs"], new_server, search_on)
     kv = result.pop("kv")
+    table = write_table(stage.output.requests, result.pop("requests"))
     served = result["concurrency"]["at_capacity"]
     throughput = served["output_throughput"]["mean"] if served else None
     stage.write(
-        stage.output[0],
+        stage.output.capacity,
         {
             "model": stage.facts["name"],
             "endpoint": measured_server(spec, params.server["external"], stage.log.server).description()
@@ -73,6 +76,7 @@ def main(stage):
                 "formula": "per_hour / (output tokens/s at the concurrency capacity x 3600) x 10^6",
             },
             "checks": capacity_checks(result),
+            "requests_table": table,
         },
         schema="capacity",
     )

@@ -1,6 +1,7 @@
 """Rule `serve`: calibrate the client's ceiling on the reference server, start vLLM's
 OpenAI-compatible server (or, with server.external, reach the endpoint the user runs), run the
-study's request and the load sweep with the openai client -> server.json and load.json."""
+study's request and the load sweep with the openai client -> server.json, load.json and every request in
+load.requests.csv."""
 
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
@@ -10,6 +11,7 @@ from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import place_client
 from infbench.serving.arrivals import replayable, workload_trace
 from infbench.serving.client_cost import calibrate, cost_of
+from infbench.serving.request_table import level_rows, write_table
 from infbench.serving.sweep import run_sweep, study_request
 from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template
 
@@ -66,6 +68,7 @@ def main(stage):
     for note in notes:
         print(f"note: {note}")
     model = stage.facts["name"]
+    table = write_table(stage.output.requests, level_rows(levels))
     stage.write(
         stage.output.server,
         {
@@ -89,6 +92,7 @@ def main(stage):
             "client_placement": placement,
             "client_ceiling": ceiling,
             "levels": levels,
+            "requests_table": table,
             "notes": notes,
         },
         schema="load",

@@ -27,6 +27,14 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
     assert probes and len(probes) == len(search["probes"])  # no load probed twice
     # The windows, passes and intervals hold at any outcome, finite or not, on vLLM's latencies.
     check_probes(search["probes"], capacity["settings"], capacity["attainment_target"])
+    # Every probe's requests in the table beside it, read back: as many counted as the probes
+    # counted, over every window.
+    import pandas
+
+    table = pandas.read_csv(tiny_run / "results/tiny" / capacity["requests_table"]["file"])
+    assert len(table) == capacity["requests_table"]["rows"] and table["counted"].dtype == bool
+    counted = table[table["counted"]].groupby("measurement").size().to_dict()
+    assert counted == {f"c={int(p['load'])}": p["requests"] for p in search["probes"]}
     # Every probe with vLLM's /metrics: its windows' peaks and the scrapes they were read from.
     for probe in search["probes"]:
         assert probe["peak_num_requests_running"] >= 1, probe["load"]
@@ -105,6 +113,17 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     # The reference server publishes vLLM's metric names: the peaks and the limit read from them.
     assert all(1 <= p["peak_num_requests_running"] <= p["load"] for p in search["probes"])
     assert search["binding"]["at"] == 5 and search["binding"]["limit"] == "compute"
+    # Every probe's requests as table rows: its counted ones as many as it counted, each timed
+    # on the schedule (TTFT 10 ms, TPOT 10c ms), the uncounted ones beside them.
+    rows = record["requests"]
+    for load, probe in probes.items():
+        mine = [r for r in rows if r["measurement"] == f"c={load}"]
+        assert sum(r["counted"] for r in mine) == probe["requests"] and len(mine) > probe["requests"]
+        assert all(r["pass"] == 1 and r["run"] == 1 and r["scheduled_s"] is None and r["success"] for r in mine)
+        assert all(0.009 < r["first_token_s"] - r["sent_s"] < 0.5 for r in mine)
+        tpot_ms = [(r["last_token_s"] - r["first_token_s"]) / 3 * 1000 for r in mine if r["counted"]]
+        assert sorted(tpot_ms)[len(tpot_ms) // 2] == pytest.approx(10 * load, rel=0.5)
+    assert len(rows) == len({r["request_id"] + r["measurement"] for r in rows})
 
 
 @pytest.mark.slow  # a server start and five probes, two of them two windows

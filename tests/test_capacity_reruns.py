@@ -111,7 +111,9 @@ def test_each_run_searches_on_a_server_started_for_it_and_stopped_before_the_nex
     def search_on(server, kv):
         assert server.process.poll() is None  # this run's server is up
         assert all(old.process.poll() is not None for old in servers[:-1])  # earlier ones are gone
-        return {"concurrency": search_record(kv["num_blocks"] // 100)}
+        # Each run's requests come back numbered run 1 (request_table.window_rows).
+        requests = [{"run": 1, "pool": kv["num_blocks"]}]
+        return {"concurrency": search_record(kv["num_blocks"] // 100), "requests": requests}
 
     found = search_runs(3, new_server, search_on, progress=lines.append)
     assert len(servers) == 2 and servers[0].process.pid != servers[1].process.pid
@@ -120,6 +122,7 @@ def test_each_run_searches_on_a_server_started_for_it_and_stopped_before_the_nex
     assert found["failed_runs"] == [{"run": 2, "error": "the server exited before it was ready (log: server2.log)"}]
     assert "capacity run 2 of 3 failed: the server exited before it was ready (log: server2.log)" in lines
     assert all(r["seconds"] > 0 for r in found["runs"])
+    assert found["requests"] == [{"run": 1, "pool": 100}, {"run": 3, "pool": 300}]  # renumbered by run
     # Run 1 failing, or the one run: the failure ends the stage.
     with pytest.raises(ServerError):
         search_runs(1, lambda run: new_server(2), search_on, progress=lines.append)

@@ -6,6 +6,7 @@ ends the stage with one line naming the endpoint."""
 import asyncio
 import json
 
+import pandas
 import pytest
 from inprocess import InProcessServer
 from starlette.responses import JSONResponse, StreamingResponse
@@ -15,6 +16,7 @@ from infbench.core.metrics import failures_by_cause, failures_text
 from infbench.engines.vllm_server import ServerError
 from infbench.report.serve import failed_cell
 from infbench.serving.client import LoadRequest, run_level
+from infbench.serving.request_table import COLUMNS, streamed_record, table_rows, write_table
 from infbench.serving.sweep import study_request
 
 STALL_S = 3.0  # a stalled stream's pause, past the client's 1 s timeout
@@ -55,7 +57,7 @@ class MisbehavingEndpoint(InProcessServer):
         return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-def test_failed_requests_are_counted_by_cause_and_the_page_names_them():
+def test_failed_requests_are_counted_by_cause_and_the_page_names_them(tmp_path):
     requests = [LoadRequest(f"r{i}#0", "hello", 1, 1) for i in range(10)]
     with MisbehavingEndpoint() as endpoint:
         run = asyncio.run(
@@ -72,6 +74,21 @@ def test_failed_requests_are_counted_by_cause_and_the_page_names_them():
         "8 (2 HTTP 500, 2 error in the stream, 2 malformed stream, 2 timeout)"
     )
     assert sum(r.success for r in results) == 2
+    # The request table written and read back as a user would: each failure by its cause, no
+    # token times for a failed request.
+    records = [streamed_record(s, run.started) for s in run.results]
+    path = tmp_path / "load.requests.csv"
+    written = write_table(path, table_rows(records, run=1, measurement="c=10", pass_number=1, counted=True))
+    table = pandas.read_csv(path)
+    assert written == {"file": "load.requests.csv", "rows": 10, "columns": list(COLUMNS)}
+    assert list(table.columns) == list(COLUMNS) and table["success"].dtype == bool
+    assert table["failure_cause"].value_counts().to_dict() == causes
+    failed, done = table[~table["success"]], table[table["success"]]
+    assert failed["first_token_s"].isna().all() and failed["last_token_s"].isna().all()
+    assert failed["error"].str.contains("Error code: 500").sum() == 2
+    ttft = [s.result.ttft for s in run.results if s.result.success]
+    assert (done["first_token_s"] - done["sent_s"]).tolist() == pytest.approx(ttft, abs=2e-6)  # to the µs
+    assert (done["sent_s"] >= 0).all() and (done["last_token_s"] >= done["first_token_s"]).all()
 
 
 def test_a_non_streamed_reply_without_choices_ends_the_stage_naming_the_endpoint():

@@ -11,6 +11,7 @@ from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.client import LevelRun, PassWindow, StreamedResult
 from infbench.serving.level_checks import saturation_check
 from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.request_table import level_rows
 from infbench.serving.sweep import run_sweep
 from infbench.serving.window import PoolRanDry, WindowRun, window_output
 
@@ -86,6 +87,16 @@ def test_a_level_counts_the_distinct_requests_of_its_window_and_takes_throughput
     for repeat in rate["repeats"]:
         assert all(r["scheduled_s"] >= repeat["window"]["opened_s"] - 0.05 for r in repeat["requests"])
     assert 15.0 < rate["offered_request_rate"] < 27.0 and 15.0 < rate["achieved_request_rate"] < 27.0
+    # The request table: every repeat's counted and uncounted requests, the rate's on its schedule.
+    table = level_rows([closed, rate])
+    for level, name in ((closed, "c=4"), (rate, "rate=20/s")):
+        for number, repeat in enumerate(level["repeats"], start=1):
+            mine = [r for r in table if r["measurement"] == name and r["pass"] == number]
+            assert sum(r["counted"] for r in mine) == len(repeat["requests"])
+            assert len(mine) == repeat["window"]["finished"]
+            assert [r["request_id"] for r in mine if r["counted"]] == [r["request_id"] for r in repeat["requests"]]
+            assert all((r["scheduled_s"] is not None) == (name != "c=4") for r in mine)
+    assert len(table) == sum(r["window"]["finished"] for level in (closed, rate) for r in level["repeats"])
 
 
 @pytest.mark.slow

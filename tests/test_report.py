@@ -366,6 +366,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "summary": pd.DataFrame(),
         "figures": [],
         "probes": pd.DataFrame(),
+        "requests_table": {"file": "capacity.requests.csv", "rows": 10},
     }
     serve = {
         "endpoint": {"base_url": "http://example.test/v1", "model": "m", "metrics": False},
@@ -401,6 +402,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "table": pd.DataFrame(),
         "figures": [],
         "breakdown": pd.DataFrame(),
+        "requests_table": {"file": "load.requests.csv", "rows": 10},
     }
     reruns = {
         **capacity,

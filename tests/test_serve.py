@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, reference_mean_interval, snakemake, tiny_config, write_config
 
 from infbench.core.artifacts import read_json, validate
+from infbench.core.level_names import level_name
 from infbench.engines.settings import engine_env, vllm_engine_args
 from infbench.engines.vllm_server import ServerError, VLLMServer, port_is_free
 
@@ -81,6 +82,18 @@ def test_serve_artifacts(tiny_run):
     validate(server, "server")
     validate(load, "load")
     assert server["host"] == "127.0.0.1" and server["startup_s"] > 0
+    # Every level's requests in the table beside load.json, read back as a user would.
+    import pandas
+
+    table = pandas.read_csv(tiny_run / "results/tiny/load.requests.csv")
+    assert load["requests_table"]["file"] == "load.requests.csv" and len(table) == load["requests_table"]["rows"]
+    assert table["counted"].sum() == sum(len(r["requests"]) for level in load["levels"] for r in level["repeats"])
+    assert len(table) - table["counted"].sum() == sum(
+        len(r["uncounted_requests"]) for level in load["levels"] for r in level["repeats"]
+    )
+    assert set(table["measurement"]) == {level_name(level) for level in load["levels"]}
+    done = table[table["success"]]
+    assert ((done["first_token_s"] > done["sent_s"]) & (done["last_token_s"] >= done["first_token_s"])).all()
     assert (
         server["kv"]["num_blocks"]
         == read_json(tiny_run / "results/tiny/vllm_offline.json")["engine_facts"]["num_blocks"]

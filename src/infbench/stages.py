@@ -78,6 +78,8 @@ class Stage:
     local model or predict its KV cache from this config's engine would not describe the
     user's endpoint, so they do not run then.
     measured: whether the rule records a run time (a `benchmark:` file) for the report.
+    tables: the rule's request tables (CSV, docs/method.md#request-tables) by output name:
+    targets of rule `all`, named by the artifact that records them, read by no view.
     """
 
     name: str
@@ -86,6 +88,7 @@ class Stage:
     enabled: Callable[[dict], bool]
     external: bool
     measured: bool = False
+    tables: tuple[str, ...] = ()
 
     def runs(self, config: dict) -> bool:
         return self.enabled(config) and (self.external or not external(config))
@@ -114,15 +117,15 @@ STAGES = (
     Stage("offline_comparison", {"offline_comparison": 0}, "offline",
           lambda c: on(c, "hf_baseline") and on(c, "vllm_offline"), external=True),
     Stage("serve", {"server": "server", "load": "load"}, "serve", lambda c: on(c, "server"),
-          external=True, measured=True),
+          external=True, measured=True, tables=("requests",)),
     Stage("kv_validation", {"kv_validation": 0}, "kv_validation", lambda c: on(c, "server"), external=False),
     Stage("client_fidelity", {"client_fidelity": "fidelity"}, "client_fidelity", lambda c: on(c, "client_fidelity"),
           external=False, measured=True),
     Stage("tuning", {"tuning": 0}, "tuning", lambda c: on(c, "tuning"), external=False, measured=True),
     Stage("prefix_caching", {"prefix_caching": 0}, "prefix_caching", lambda c: on(c, "prefix_caching"),
           external=False, measured=True),
-    Stage("capacity", {"capacity": 0}, "capacity", lambda c: on(c, "capacity") and on(c, "server"),
-          external=True, measured=True),
+    Stage("capacity", {"capacity": "capacity"}, "capacity", lambda c: on(c, "capacity") and on(c, "server"),
+          external=True, measured=True, tables=("requests",)),
     Stage("paging_live", {"paging_live": 0}, "paging_live", lambda c: on(c, "paging_live"),
           external=False, measured=True),
     Stage("utilisation", {"utilisation": 0}, "utilisation", lambda c: bool(utilisation_inputs(c)), external=True),

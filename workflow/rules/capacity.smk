@@ -5,8 +5,15 @@ rule capacity:
     """The most requests in flight (and the highest rate) served within the SLO, by bracketing
     and bisection on a fresh server, the search seeded by the KV simulator's prediction."""
     output:
-        report(
+        capacity=report(
             "results/{model}/capacity.json",
+            category=category("capacity"),
+            subcategory="{model}",
+            caption="../../report/captions/capacity.rst",
+        ),
+        # Every probe's requests, one row each (docs/method.md#request-tables).
+        requests=report(
+            "results/{model}/capacity.requests.csv",
             category=category("capacity"),
             subcategory="{model}",
             caption="../../report/captions/capacity.rst",

@@ -156,6 +156,16 @@ def artifact_paths():
     return [path for artifacts in all_model_artifacts().values() for path in artifacts.values()]
 
 
+def request_tables():
+    """Every model's request tables (stages.Stage.tables), targets of rule `all` beside the artifacts."""
+    return [
+        expand(getattr(stage_rule(stage).output, key), model=name)[0]
+        for name in MODELS
+        for stage in stages.running_stages(config)
+        for key in stage.tables
+    ]
+
+
 def run_time_records():
     """Snakemake's benchmark files of the measuring stages, shown in the report's provenance."""
     measured = [stage for stage in stages.running_stages(config) if stage.measured]
@@ -163,4 +173,4 @@ def run_time_records():
 
 
 def final_outputs():
-    return artifact_paths() + [rules.html_report.output[0]]
+    return artifact_paths() + request_tables() + [rules.html_report.output[0]]

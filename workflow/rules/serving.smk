@@ -18,6 +18,13 @@ rule serve:
             subcategory="{model}",
             caption="../../report/captions/serve.rst",
         ),
+        # Every request of every level, one row each (docs/method.md#request-tables).
+        requests=report(
+            "results/{model}/load.requests.csv",
+            category=category("serve"),
+            subcategory="{model}",
+            caption="../../report/captions/serve.rst",
+        ),
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,

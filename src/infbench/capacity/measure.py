@@ -147,6 +147,7 @@ def search_capacity(
         found["request_rate"] = search_record("request_rate", rate, time.perf_counter() - started)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
         found["request_rate"]["trace_rate"] = prober.trace.rate if prober.trace is not None else None
+    found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found
 
 
@@ -156,8 +157,9 @@ def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
     `across_runs` of their records. `kv`: the server's KV facts where it publishes /metrics,
     else None. Of several runs, once one has completed, a later one whose server or endpoint
     fails is recorded as failed and the others go on (as AIPerf's multi-run does); a failure
-    before any run completed ends the stage (it would recur)."""
-    records, failed = [], []
+    before any run completed ends the stage (it would recur). `requests`: every run's probes'
+    requests, as request_table rows numbered by run."""
+    records, failed, requests = [], [], []
     for index in range(runs):
         if runs > 1:
             progress(f"capacity run {index + 1} of {runs}, on a server started for it")
@@ -166,6 +168,7 @@ def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
             with new_server(index + 1) as server:
                 kv = server_kv_facts(server.base_url) if server.metrics else None
                 found = search_on(server, kv)
+                requests += [{**row, "run": index + 1} for row in found.pop("requests")]
         except (ServerError, EndpointError, httpx.HTTPError) as error:
             if not records:
                 raise
@@ -173,7 +176,11 @@ def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
             failed.append({"run": index + 1, "error": str(error).splitlines()[0]})
             continue
         records.append({**found, "run": index + 1, "kv": kv, "started": started, "seconds": time.time() - started})
-    return {**across_runs(records, several=runs > 1), **({"failed_runs": failed} if failed else {})}
+    return {
+        **across_runs(records, several=runs > 1),
+        **({"failed_runs": failed} if failed else {}),
+        "requests": requests,
+    }
 
 
 def run_value(search: dict) -> float:

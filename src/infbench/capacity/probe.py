@@ -18,6 +18,7 @@ from infbench.core.stats import percentile, summarize
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import cycle_requests, load_request, run_level
+from infbench.serving.request_table import probe_name, window_rows
 from infbench.serving.sweep import Level, warmup_requests
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
 
@@ -261,6 +262,7 @@ class Prober:
         arrival_s = workload_trace(workload)
         self.trace = TraceArrivals(arrival_s) if replayable(arrival_s) else None
         self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
+        self.requests: list[dict] = []  # every probe's requests, as request_table rows
 
     def warm_up(self, concurrency: int | None) -> int:
         """Before a probe's first pass, untimed, as `serve` warms a level: its first requests cut
@@ -321,6 +323,10 @@ class Prober:
                 api=self.api,
             )
             out_of_time |= measured.run.closed_at_deadline
+            scale = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
+            self.requests += window_rows(
+                measured.run, measurement=probe_name(mode, load, self.api, scale), pass_number=index + 1
+            )
             last = PassRecord.of(measured, slo_ms)
             passes.append(last)
             met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests

@@ -297,6 +297,7 @@ def view(capacity: dict | None) -> dict | None:
         "endpoint": endpoint["base_url"] if endpoint else None,
         "measured_kv_limit": {**kv_limit, "measured": fmt(kv_limit["measured"], 0)} if kv_limit else None,
         "binding_limit": binding["limit"].replace("_", " "),
+        "requests_table": capacity.get("requests_table"),  # runs made before request tables have none
         "binding_at": int(binding["at"]),
         "binding_evidence": binding["evidence"],
         "max_num_seqs": capacity.get("max_num_seqs"),

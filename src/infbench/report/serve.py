@@ -312,5 +312,6 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "ceiling": ceiling_view(load["client_ceiling"]),
         "table": table,
         "figures": sweep_figures(levels, table, tail),
+        "requests_table": load.get("requests_table"),  # runs made before request tables have none
         "breakdown": breakdown_table(levels),
     }

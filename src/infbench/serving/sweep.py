@@ -28,6 +28,7 @@ from infbench.serving.level_checks import (
     processes_needed,
     validity_checks,
 )
+from infbench.serving.request_table import streamed_record
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
 from infbench.serving.window import RequestSupply, Window, ensure_alive, level_run, measure_pass
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
@@ -269,19 +270,7 @@ def uncounted_records(run: LevelRun) -> list[dict]:
     if run.window is None:
         return []
     counted = {id(s) for s in run.results}
-    records = []
-    for streamed in run.window.finished:
-        if id(streamed) in counted:
-            continue
-        record = {**streamed.result.to_json(), "sent_s": streamed.sent_at - run.started}
-        if streamed.scheduled_s is not None:
-            record.update(
-                scheduled_s=streamed.scheduled_s,
-                send_lag_s=streamed.ready_at - (run.started + streamed.scheduled_s),
-                client_queue_s=streamed.sent_at - streamed.ready_at,
-            )
-        records.append(record)
-    return records
+    return [streamed_record(s, run.started) for s in run.window.finished if id(s) not in counted]
 
 
 def worst_checks(repeats: list[dict]) -> list[dict]:
