@@ -6,6 +6,9 @@
     .venv/bin/python scripts/bench_gate.py measure gate-replicates/rep-* --gate '*/serve/*' \\
         --slowdowns 0.05 0.1 0.2 0.3 --json gate.json
 
+    # how often the gate catches the slowdown it states, on simulated passes of known spread
+    .venv/bin/python scripts/bench_gate.py simulate --passes 2 3 6 20 --spread 0.1
+
 `measure` prints, for the gate given (default: every serving figure at the default threshold),
 the share of replicate pairs it fails (false alarms) and the share it fails once the candidate
 is made s slower (power), each with a 95 % interval over pairs (infbench.runs.gate_power).
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import re
 import shutil
 import subprocess
@@ -25,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from infbench.runs.comparison import GATE_ALPHA, GATE_POWER, Figure, catchable_slowdown, p_slower
 from infbench.runs.gate_power import measure_gate
 from infbench.runs.results import load_run
 
@@ -72,8 +78,36 @@ def measure(runs: list[str], patterns: list[str], threshold: float, slowdowns: l
         "smallest slowdown caught in 80 % of pairs: "
         + (f"{smallest:.0%}" if smallest is not None else f"none up to {max(slowdowns):.0%}")
     )
+    stated = result["stated_reach"]
+    if stated:
+        print(
+            f"stated by the gate from each pair's own spread ({GATE_POWER * 100:.0f} % power): median "
+            f"{stated['median'] * 100:.0f} %, {stated['low'] * 100:.0f}-{stated['high'] * 100:.0f} % over "
+            f"{stated['pairs']} pairs"
+        )
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=1))
+
+
+def simulate(passes: list[int], spread: float, tested: int, threshold: float, draws: int, seed: int) -> None:
+    """How often the gate catches the slowdown it states, where passes are independent and
+    log-normal with a known spread (sd of ln figure): the reach from that true spread, then
+    `draws` comparisons with it planted, each judged by the gate's own p_slower at Holm's first
+    level: at least GATE_POWER where the stated reach is as conservative as it means to be."""
+    rng = random.Random(seed)
+    for n in passes:
+        se = spread * math.sqrt(2 / n)
+        slowdown = catchable_slowdown(se, n - 1, tested, threshold)  # as the gate states it
+        caught = 0
+        for _ in range(draws):
+            base = [math.exp(rng.gauss(0, spread)) for _ in range(n)]
+            cand = [math.exp(rng.gauss(0, spread)) / (1 + slowdown) for _ in range(n)]
+            figures = [Figure("k", "m", "serve", "c", "x", "u", "higher", tuple(s), "s") for s in (base, cand)]
+            caught += p_slower(*figures, threshold=threshold) <= GATE_ALPHA / tested
+        print(
+            f"{n} passes a side, spread {spread * 100:.0f} %, {tested} gated: stated {slowdown * 100:.1f} % at "
+            f"{GATE_POWER * 100:.0f} % power, caught in {caught / draws * 100:.1f} % of {draws} draws"
+        )
 
 
 def main() -> None:
@@ -90,8 +124,17 @@ def main() -> None:
     mes.add_argument("--threshold", type=float, default=0.10)
     mes.add_argument("--slowdowns", type=float, nargs="+", default=[0.05, 0.1, 0.2, 0.3, 0.5])
     mes.add_argument("--json", default=None)
+    sim = commands.add_parser("simulate", help="the share of planted slowdowns at the stated reach the gate catches")
+    sim.add_argument("--passes", type=int, nargs="+", default=[2, 3, 6, 20])
+    sim.add_argument("--spread", type=float, default=0.1)
+    sim.add_argument("--gated", type=int, default=1)
+    sim.add_argument("--threshold", type=float, default=0.10)
+    sim.add_argument("--draws", type=int, default=4000)
+    sim.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.command == "replicate":
+    if args.command == "simulate":
+        simulate(args.passes, args.spread, args.gated, args.threshold, args.draws, args.seed)
+    elif args.command == "replicate":
         replicate(args.project.resolve(), args.count, args.out.resolve(), args.model)
     else:
         measure(args.runs, args.gate or ["*/serve/*"], args.threshold, args.slowdowns, args.json)

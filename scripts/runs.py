@@ -38,9 +38,12 @@ def compare(args) -> int:
     print(f"wrote {args.html}" + (f" and {args.json}" if args.json else ""))
     for line in regressions:
         print(line, file=sys.stderr)
+    reach = record["gate"]["reach"]["line"] if args.gate else None
     if regressions:
-        print(f"gate: {len(regressions)} gated figure(s) failed the gate; see {args.html}", file=sys.stderr)
+        print(f"gate: {len(regressions)} gated figure(s) failed the gate ({reach}); see {args.html}", file=sys.stderr)
         return 1
+    if args.gate:
+        print(f"gate: passed; not proof of no regression: {reach}")
     return 0
 
 

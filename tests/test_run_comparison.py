@@ -136,6 +136,8 @@ def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_o
     template = REPO / "report" / "run_comparison.html.j2"
     html = render(build_comparison_context(record, lines, ["*/capacity/*"]), template)
     assert "SLO capacity" in html and "28 [25, 33]" in html and "above [60, above]" in html
+    # The page says what the gate could have caught: of capacities, not stated.
+    assert "states no slowdown it could catch; gated SLO capacities are judged by their intervals" in html
     # A run that measured no capacity, its client unable to send the lowest rate, is named as such.
     limited = run("e", {"m": {"load": load, "capacity": capacity_artifact(None, None, "client_limited")}})
     (line,) = gate(comparison_record([base, limited], threshold=0.05, labels=["base", "e"]), ["*/capacity/*"])
@@ -400,9 +402,48 @@ def test_the_gates_false_alarms_and_power_are_counted_over_replicate_pairs():
     assert (result["false_alarms"]["hits"], result["false_alarms"]["pairs"]) == (0, 12)  # ordered pairs
     assert [(p["slowdown"], p["hits"]) for p in result["power"]] == [(0.05, 0), (0.3, 12)]
     assert result["smallest_detected"] == 0.3
+    # What the gate states it catches, pair by pair, lies between the two planted slowdowns.
+    stated = measure_gate(runs, ["*/output_throughput"], 0.10, [0.3])["stated_reach"]
+    assert stated["pairs"] == 12 and 0.10 < stated["low"] <= stated["median"] <= stated["high"] < 0.3, stated
     # Two runs make two pairs: too few to call any slowdown caught in 80 % of them.
     assert measure_gate(runs[:2], ["*/serve/*"], 0.10, [0.3])["smallest_detected"] is None
     # Noise as large as the slowdown hides it: passes spread by +-25 % around 100.
     wide = [[75.0, 125.0, 100.0, 90.0, 110.0], [125.0, 75.0, 110.0, 90.0, 100.0], [100.0, 80.0, 120.0, 95.0, 105.0]]
     noisy = [run(f"w{i}", {"m": {"load": levels_artifact({1: passes})}}) for i, passes in enumerate(wide)]
     assert measure_gate(noisy, ["*/output_throughput"], 0.10, [0.3])["power"][0]["hits"] == 0
+
+
+def test_the_gate_states_the_smallest_slowdown_it_catches_and_catches_it_as_often_as_it_says():
+    """The gate's reach: per tested figure the slowdown caught with GATE_POWER from the runs' own
+    spread, at Holm's strictest level, so more gated figures reach less far. Planted at that
+    slowdown (from the true spread, as the gate states it: Welch's fewest degrees of freedom), the
+    gate's own p_slower catches it in at least GATE_POWER of draws, even of three passes a side;
+    planted at the threshold, in at most GATE_ALPHA."""
+    import math
+    import random
+
+    from infbench.runs.comparison import GATE_POWER, Figure, catchable_slowdown, gate_reach, p_slower
+
+    base = run("a", {"m": {"load": levels_artifact({c: BASE_PASSES for c in (1, 2)})}})
+    cand = run("b", {"m": {"load": levels_artifact({c: SLOWER_PASSES for c in (1, 2)})}})
+    record = comparison_record([base, cand], threshold=0.05)
+    one, both = gate_reach(record, ["*/c=1/output_throughput"]), gate_reach(record, ["*/output_throughput"])
+    (alone,) = one["catchable_slowdown"].values()
+    assert 0.05 < alone < min(both["catchable_slowdown"].values())  # Holm over two asks more of each
+    assert one["line"].startswith("from these runs' own spread, the gate catches a slowdown of ")
+    assert f"{alone * 100:.0f} % (m/serve/c=1/output_throughput) or more 80 % of the time" in one["line"]
+    # TTFT 10.0 ms in every pass of both: no spread, so anything past the threshold is caught.
+    assert list(gate_reach(record, ["*/c=1/median_ttft_ms"])["catchable_slowdown"].values()) == [pytest.approx(0.05)]
+
+    rng = random.Random(7)
+    passes, sigma, tested, threshold = 3, 0.04, 2, 0.05
+    se = sigma * math.sqrt(2 / passes)  # the true se of ln(ratio)
+    slowdown = catchable_slowdown(se, passes - 1, tested, threshold)
+    for planted, low, high in ((slowdown, GATE_POWER - 0.03, 0.97), (threshold, 0.0, GATE_ALPHA / tested)):
+        caught = 0
+        for _ in range(1500):
+            a = [math.exp(rng.gauss(0, sigma)) for _ in range(passes)]
+            b = [math.exp(rng.gauss(0, sigma)) / (1 + planted) for _ in range(passes)]  # throughput: higher is better
+            figures = [Figure("k", "m", "serve", "c", "x", "u", "higher", tuple(s), "s") for s in (a, b)]
+            caught += p_slower(*figures, threshold=threshold) <= GATE_ALPHA / tested
+        assert low <= caught / 1500 <= high + 0.01, (planted, caught / 1500)

@@ -113,3 +113,26 @@ def test_log_ratio_degrees_of_freedom_are_welchs():
     assert log_ratio(noisy_many, [10.0, 10.1, 9.9])[2] == 9
     # No spread on either side: the pooled n_a + n_b - 2.
     assert log_ratio([2.0, 2.0, 2.0], [1.0, 1.0])[2] == 3
+
+
+def test_t_quantiles_and_the_power_of_a_t_test_match_tables_and_simulation():
+    """t_upper against printed tables; t_test_power at no shift is the test's own level, at large
+    df the normal's (1.96 + 0.8416 standard errors: 80 %), and at df 4 what a seeded simulation
+    of the pooled t statistic gives (20,000 draws: within 3 standard errors, 0.009)."""
+    import math
+    import random
+
+    from infbench.core.stats import shift_for_power, t_test_power, t_upper
+
+    assert t_upper(0.2, 5) == pytest.approx(0.9195, abs=1e-4) and t_upper(0.025, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert t_upper(0.005, 10) == pytest.approx(3.1693, abs=1e-4) and t_upper(0.0025, 1) == pytest.approx(
+        127.32, abs=0.01
+    )
+    assert t_test_power(0.0, t_upper(0.025, 4), 4) == pytest.approx(0.025, abs=1e-6)
+    assert t_test_power(1.959964 + 0.841621, 1.959964, 10_000) == pytest.approx(0.80, abs=1e-3)
+    assert t_test_power(shift_for_power(0.8, t_upper(0.01, 3), 3), t_upper(0.01, 3), 3) == pytest.approx(0.8, abs=1e-5)
+    rng, critical = random.Random(3), t_upper(0.025, 4)
+    draws = [
+        (rng.gauss(0, 1) + 3.0) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(4)) / 4) for _ in range(20_000)
+    ]
+    assert sum(t >= critical for t in draws) / len(draws) == pytest.approx(t_test_power(3.0, critical, 4), abs=0.009)

@@ -33,17 +33,54 @@ def t_two_sided_coverage(t: float, df: int) -> float:
 
 
 def t_975(df: int) -> float:
-    """The two-sided 95 % critical value t_{0.975, df} of Student's t: the t at which
-    P(|T| <= t) = 0.95, found by bisection on the closed-form distribution (exact to 1e-9)."""
+    """The two-sided 95 % critical value t_{0.975, df} of Student's t: t_upper(0.025, df)."""
+    return t_upper(0.025, df)
+
+
+def t_upper(alpha: float, df: int) -> float:
+    """The t with P(T >= t) = alpha (0 < alpha < 0.5) for Student's t: the t at which
+    P(|T| <= t) = 1 - 2 alpha, found by bisection on the closed-form distribution (exact to 1e-9)."""
     if df < 1:
         raise ValueError("a confidence interval needs at least two samples")
-    # Beyond 10,000 degrees of freedom the value 1.9602 is kept: at most 2.4e-4 above the
-    # normal's 1.95996, so a slightly wider interval, and the series stays short.
+    # Beyond 10,000 degrees of freedom the value there is kept: t_{0.975} is then 1.9602, at most
+    # 2.4e-4 above the normal's 1.95996, so a slightly wider interval, and the series stays short.
     df = min(df, 10_000)
-    low, high = 0.0, 13.0  # t_{0.975, 1} = 12.706 is the largest
+    low, high = 0.0, 13.0  # t_{0.975, 1} = 12.706
+    while t_two_sided_coverage(high, df) < 1 - 2 * alpha:
+        high *= 2
     while high - low > 1e-10:
         middle = (low + high) / 2
-        low, high = (middle, high) if t_two_sided_coverage(middle, df) < 0.95 else (low, middle)
+        low, high = (middle, high) if t_two_sided_coverage(middle, df) < 1 - 2 * alpha else (low, middle)
+    return (low + high) / 2
+
+
+def t_test_power(shift: float, critical: float, df: int) -> float:
+    """The chance that a one-sided t-test with `df` degrees of freedom reaches `critical` when its
+    statistic's mean is `shift` standard errors past the null, from the noncentral t:
+
+    power = P((Z + shift) / sqrt(V / df) >= critical),  Z ~ N(0, 1), V ~ chi-square(df)
+          = integral over u = sqrt(V) of g(u) * (1 - Phi(critical * u / sqrt(df) - shift)) du,
+    g(u) = 2 u^(df - 1) exp(-u^2 / 2) / (2^(df / 2) Gamma(df / 2))   (the density of sqrt(V)),
+
+    by the trapezoid rule on 4,001 points out to sqrt(df) + 12 (the rest of g's mass is below 1e-30)."""
+    u = np.linspace(0.0, math.sqrt(df) + 12.0, 4001)
+    log_norm = math.log(2.0) - (df / 2) * math.log(2.0) - math.lgamma(df / 2)
+    density = np.empty_like(u)
+    density[0] = math.exp(log_norm) if df == 1 else 0.0
+    density[1:] = np.exp(log_norm + (df - 1) * np.log(u[1:]) - u[1:] ** 2 / 2)
+    z = critical * u / math.sqrt(df) - shift
+    reach = 0.5 * np.vectorize(math.erfc)(z / math.sqrt(2.0))
+    return float(np.trapezoid(density * reach, u))
+
+
+def shift_for_power(power: float, critical: float, df: int) -> float:
+    """The shift (in standard errors) at which t_test_power reaches `power`: bisection."""
+    low, high = 0.0, 1.0
+    while t_test_power(high, critical, df) < power:
+        low, high = high, high * 2
+    while high - low > 1e-6:
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_test_power(middle, critical, df) < power else (low, middle)
     return (low + high) / 2
 
 

@@ -20,6 +20,7 @@ from infbench.runs.comparison import (
     NO_INTERVAL,
     SLOWER,
     STAGE_TITLES,
+    gate_reach,
 )
 
 VERDICT_CLASS = {FASTER: "pass", SLOWER: "fail", NO_DIFFERENCE: "pending", NO_INTERVAL: "warn"}
@@ -169,5 +170,6 @@ def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_pa
         "gate_lines": gate_lines,
         "gate_patterns": gate_patterns,
         "gate_method": GATE_METHOD,
+        "gate_reach": gate_reach(record, gate_patterns)["line"] if gate_lines is not None else None,
         "verdict_class": VERDICT_CLASS,
     }

@@ -10,7 +10,7 @@ from infbench.core.artifacts import write_json, write_text_atomic
 from infbench.core.errors import UserError
 from infbench.report.render import render
 from infbench.report.run_comparison_page import build_comparison_context
-from infbench.runs.comparison import GATE_METHOD, comparison_record, gate
+from infbench.runs.comparison import GATE_METHOD, comparison_record, gate, gate_reach
 from infbench.runs.results import load_run
 
 
@@ -37,7 +37,14 @@ def write_comparison(
     record = comparison_record(runs, threshold, labels)
     regressions = gate(record, gate_patterns) if gate_patterns else []
     record["gate"] = (
-        {"patterns": gate_patterns, "regressions": regressions, "method": GATE_METHOD} if gate_patterns else None
+        {
+            "patterns": gate_patterns,
+            "regressions": regressions,
+            "method": GATE_METHOD,
+            "reach": gate_reach(record, gate_patterns),
+        }
+        if gate_patterns
+        else None
     )
     if json_path:
         write_json(json_path, record, "run_comparison")

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from infbench.core.capacity_terms import ABOVE, BELOW, as_number, undecided_ends
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
-from infbench.core.stats import log_ratio, ratio_of_means, summarize, upper_tail
+from infbench.core.stats import log_ratio, ratio_of_means, shift_for_power, summarize, t_upper, upper_tail
 from infbench.runs.results import RunResults
 
 FASTER, SLOWER, NO_DIFFERENCE, NO_INTERVAL = "faster", "slower", "no difference detected", "no interval"
@@ -178,6 +178,7 @@ class FigureComparison:
     verdict: str
     samples_are: dict
     p_slower: float | None  # one-sided p-value of "no slower than the threshold band" (p_slower)
+    se_log: float | None = None  # se(ln ratio), stats.log_ratio; None: no interval
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -186,6 +187,7 @@ class FigureComparison:
 def compare_figure(baseline: Figure, candidate: Figure, threshold: float) -> FigureComparison:
     """candidate / baseline as a ratio of means over independent samples (stats.ratio_of_means)."""
     ratio = ratio_of_means(candidate.samples, baseline.samples)
+    _, se_log, _ = log_ratio(candidate.samples, baseline.samples) or (None, None, None)
     return FigureComparison(
         key=baseline.key,
         model=baseline.model,
@@ -202,6 +204,7 @@ def compare_figure(baseline: Figure, candidate: Figure, threshold: float) -> Fig
         verdict=verdict(ratio, baseline.better, threshold),
         samples_are={"baseline": baseline.samples_are, "candidate": candidate.samples_are},
         p_slower=p_slower(baseline, candidate, threshold),
+        se_log=se_log,
     )
 
 
@@ -541,6 +544,63 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                     f"Holm over {len(tested)} gated figure(s) at {GATE_ALPHA:.1%}, threshold {record['threshold']:.0%})"
                 )
     return lines
+
+
+GATE_POWER = 0.8  # the conventional power: a slowdown the gate catches in 4 comparisons of 5
+
+
+def catchable_slowdown(se_log: float, df: int, tested: int, threshold: float) -> float:
+    """The smallest slowdown s of one gated figure that the gate fails on in at least GATE_POWER
+    of comparisons with this spread, as the fraction the candidate is slower by: the gain
+    g = 1 / (1 + s) is caught when p_slower's t reaches t_c, the critical value at Holm's
+    strictest level (its first step, GATE_ALPHA / m over the m figures tested), so
+
+    ln(1 + s) = ln(1 + threshold) + se(ln g) * d,   d: the shift at which t_test_power(d, t_c, df) = GATE_POWER
+
+    (the noncentral t's power, core/stats.py), with df Welch's lower bound, the fewer samples of
+    the two runs less one, so that p_slower's own degrees of freedom, estimated from the samples,
+    are never fewer. se is the two runs' own (their passes), as if their spread were the truth:
+    drift between the runs is not in it, so across runs the gate catches less than this
+    (docs/comparing-runs.md)."""
+    critical = t_upper(GATE_ALPHA / tested, df)
+    return (1 + threshold) * math.exp(se_log * shift_for_power(GATE_POWER, critical, df)) - 1
+
+
+def gate_reach(record: dict, patterns: list[str]) -> dict:
+    """What the gate could have caught: per comparison and tested figure (gated, with an interval)
+    its catchable_slowdown, and one line giving their range, for the page and the exit line."""
+
+    def gated(key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+    figures = {}
+    for comparison in record["comparisons"]:
+        tested = [
+            f for f in comparison["figures"]
+            if gated(f["key"]) and f["p_slower"] is not None and not f["candidate"].get("dropped", 0)
+        ]  # fmt: skip
+        pair = f" ({comparison['candidate']} / {comparison['baseline']})" if len(record["comparisons"]) > 1 else ""
+        for figure in tested:
+            fewer = min(figure["baseline"]["n"], figure["candidate"]["n"])
+            slowdown = catchable_slowdown(figure["se_log"], fewer - 1, len(tested), record["threshold"])
+            figures[figure["key"] + pair] = slowdown
+    capacities = any(gated(c["key"]) for comparison in record["comparisons"] for c in comparison.get("capacities", []))
+    if not figures:
+        line = "the gate tested no serving or offline figure with an interval, so it states no slowdown it could catch"
+    else:
+        ordered = sorted(figures.items(), key=lambda item: item[1])
+        (first, low), (last, high) = ordered[0], ordered[-1]
+        if f"{low * 100:.0f}" == f"{high * 100:.0f}":
+            span = f"{low * 100:.0f} % ({first}" + (f" and {len(ordered) - 1} more)" if len(ordered) > 1 else ")")
+        else:
+            span = f"{low * 100:.0f} % ({first}) to {high * 100:.0f} % ({last})"
+        line = (
+            f"from these runs' own spread, the gate catches a slowdown of {span} or more {GATE_POWER * 100:.0f} % "
+            "of the time; drift between runs is not in that spread (docs/comparing-runs.md)"
+        )
+    if capacities:
+        line += "; gated SLO capacities are judged by their intervals, their reach not stated"
+    return {"power": GATE_POWER, "catchable_slowdown": figures, "line": line}
 
 
 def comparison_record(runs: list[RunResults], threshold: float, labels: list[str] | None = None) -> dict:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import copy
 import itertools
+import statistics
 from dataclasses import replace
 
 from infbench.capacity.search import wilson_interval
-from infbench.runs.comparison import SERVING_METRICS, comparison_record, gate
+from infbench.runs.comparison import SERVING_METRICS, comparison_record, gate, gate_reach
 from infbench.runs.results import RunResults
 
 DETECTED = 0.8  # the conventional power: the smallest slowdown caught in 4 of 5 pairs
@@ -48,10 +49,28 @@ def slowed_run(run: RunResults, slowdown: float) -> RunResults:
     return replace(run, models=models, source=f"{run.source} slowed {slowdown:.0%}")
 
 
+def pair_record(baseline: RunResults, candidate: RunResults, threshold: float) -> dict:
+    """One pair's comparison (fresh copies: a comparison labels its runs)."""
+    return comparison_record([copy.copy(baseline), copy.copy(candidate)], threshold, ["baseline", "candidate"])
+
+
 def gate_fails(baseline: RunResults, candidate: RunResults, patterns: list[str], threshold: float) -> list[str]:
-    """The gate's failure lines for one pair (fresh copies: a comparison labels its runs)."""
-    record = comparison_record([copy.copy(baseline), copy.copy(candidate)], threshold, ["baseline", "candidate"])
-    return gate(record, patterns)
+    """The gate's failure lines for one pair."""
+    return gate(pair_record(baseline, candidate, threshold), patterns)
+
+
+def stated_reach(runs: list[RunResults], pairs, patterns: list[str], threshold: float) -> dict | None:
+    """What the gate states it catches, pair by pair (comparison.gate_reach): the smallest of a
+    pair's gated figures' catchable slowdowns (a slowdown of every figure is caught first by the
+    most sensitive one), as its median and range over the pairs; None where no pair states one."""
+    stated = []
+    for i, j in pairs:
+        reach = gate_reach(pair_record(runs[i], runs[j], threshold), patterns)["catchable_slowdown"]
+        if reach:
+            stated.append(min(reach.values()))
+    if not stated:
+        return None
+    return {"median": statistics.median(stated), "low": min(stated), "high": max(stated), "pairs": len(stated)}
 
 
 def rate(hits: int, pairs: int) -> dict:
@@ -83,5 +102,6 @@ def measure_gate(runs: list[RunResults], patterns: list[str], threshold: float, 
         "false_alarms": {**rate(sum(bool(lines) for lines in alarms.values()), len(pairs)), "lines": alarms},
         "power": power,
         "smallest_detected": smallest,
+        "stated_reach": stated_reach(runs, pairs, patterns, threshold),
         "detected_means": f"the gate failed in at least {DETECTED:.0%} of pairs (at least {MIN_PAIRS} pairs)",
     }
