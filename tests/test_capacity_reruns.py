@@ -14,7 +14,7 @@ from infbench.core.capacity_terms import rerun_text
 from infbench.engines.vllm_server import ServerError
 from infbench.report.render import render
 from infbench.report.run_comparison_page import build_comparison_context
-from infbench.runs.comparison import capacity_verdict, comparison_record, gate, search_bounds
+from infbench.runs.comparison import capacity_verdict, comparison_record, gate, gate_record, search_bounds
 from infbench.runs.results import RunResults, run_provenance
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.window import PoolRanDry
@@ -185,7 +185,10 @@ def test_runs_compare_by_their_spread_not_by_one_runs_narrow_interval():
     lines = gate(comparison_record([base, fallen], threshold=0.05, labels=["a", "c"]), ["*/capacity/*"])
     assert len(lines) == 1 and "over capacity.runs [3, 4, 3] against [9, 7, 12]" in lines[0]
     assert "lies wholly below 1" in lines[0]
-    html = render(build_comparison_context(record, [], ["*/capacity/*"]), REPO / "report" / "run_comparison.html.j2")
+    html = render(
+        build_comparison_context({**record, "gate": gate_record(record, ["*/capacity/*"])}),
+        REPO / "report" / "run_comparison.html.j2",
+    )
     assert "9, 7, 12 -&gt; 6, 7, 11: 0.86x" in html and "not over runs (one side ran once" in html
     # Runs that agree to the request on both sides: a t interval would be a point, the
     # headlines' own intervals judge.

@@ -6,6 +6,7 @@ import io
 import json
 import tarfile
 
+import markupsafe
 import pytest
 from conftest import REPO
 
@@ -23,6 +24,7 @@ from infbench.runs.comparison import (
     GateError,
     comparison_record,
     gate,
+    gate_record,
     verdict,
 )
 from infbench.runs.results import RunError, RunResults, load_run, run_provenance
@@ -134,7 +136,7 @@ def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_o
     assert len(lines) == 1 and lines[0].startswith("regressed: m/capacity/concurrency/capacity (lower / base)")
     assert gate(record, ["*/serve/*/output_throughput"]) == []  # the serving figures did not move
     template = REPO / "report" / "run_comparison.html.j2"
-    html = render(build_comparison_context(record, lines, ["*/capacity/*"]), template)
+    html = render(build_comparison_context({**record, "gate": gate_record(record, ["*/capacity/*"])}), template)
     assert "SLO capacity" in html and "28 [25, 33]" in html and "above [60, above]" in html
     # The page says what the gate could have caught: of capacities, not stated.
     assert "states no slowdown it could catch; gated SLO capacities are judged by their intervals" in html
@@ -428,12 +430,31 @@ def test_the_gate_states_the_smallest_slowdown_it_catches_and_catches_it_as_ofte
     cand = run("b", {"m": {"load": levels_artifact({c: SLOWER_PASSES for c in (1, 2)})}})
     record = comparison_record([base, cand], threshold=0.05)
     one, both = gate_reach(record, ["*/c=1/output_throughput"]), gate_reach(record, ["*/output_throughput"])
-    (alone,) = one["catchable_slowdown"].values()
-    assert 0.05 < alone < min(both["catchable_slowdown"].values())  # Holm over two asks more of each
-    assert one["line"].startswith("from these runs' own spread, the gate catches a slowdown of ")
+    (alone,) = [f["slowdown"] for f in one["figures"].values()]
+    assert 0.05 < alone < min(f["slowdown"] for f in both["figures"].values())  # Holm over two asks more of each
+    assert one["line"].startswith("were these runs' own spread the true one, the gate would catch a slowdown of ")
     assert f"{alone * 100:.0f} % (m/serve/c=1/output_throughput) or more 80 % of the time" in one["line"]
+    # Pinned from scipy: 5 passes a side give df 4, two tested figures Holm's first level 1.25 %,
+    # t_c = 3.49541 and the noncentral t's 80 % shift 4.58396 (scipy.stats.nct), se(ln r) 0.0127475:
+    # 1.05 * exp(0.0127475 * 4.58396) - 1.
+    assert both["figures"]["m/serve/c=1/output_throughput"] == {
+        "slowdown": pytest.approx(0.113184, abs=1e-5), "level": 0.0125, "tested": 2, "df": 4
+    }  # fmt: skip
     # TTFT 10.0 ms in every pass of both: no spread, so anything past the threshold is caught.
-    assert list(gate_reach(record, ["*/c=1/median_ttft_ms"])["catchable_slowdown"].values()) == [pytest.approx(0.05)]
+    assert [f["slowdown"] for f in gate_reach(record, ["*/c=1/median_ttft_ms"])["figures"].values()] == [
+        pytest.approx(0.05)
+    ]
+    # The page reads the reach from the record, and calls a pass no proof only where it passed.
+    passed = gate_record(record, ["*/c=1/output_throughput"])
+    assert passed["regressions"] == [] and passed["reach"] == one
+    template = REPO / "report" / "run_comparison.html.j2"
+    page = render(build_comparison_context({**record, "gate": passed}), template)
+    assert f"What it could have caught: {markupsafe.escape(one['line'])}. A passed gate is no proof" in page
+    failed = {**passed, "regressions": ["regressed: planted"]}
+    assert "A passed gate is no proof" not in render(build_comparison_context({**record, "gate": failed}), template)
+    # Two passes a side and 30 gated figures: the reach lies past x100 and says so, not an overflow.
+    assert catchable_slowdown(1.5, 1, 30, 0.1) is None and catchable_slowdown(0.5, 1, 30, 0.1) is None
+    assert catchable_slowdown(0.01, 1, 1, 0.1) == pytest.approx(1.1 * math.exp(0.01 * 16.334009) - 1, abs=1e-6)
 
     rng = random.Random(7)
     passes, sigma, tested, threshold = 3, 0.04, 2, 0.05

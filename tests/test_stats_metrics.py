@@ -131,6 +131,12 @@ def test_t_quantiles_and_the_power_of_a_t_test_match_tables_and_simulation():
     assert t_test_power(0.0, t_upper(0.025, 4), 4) == pytest.approx(0.025, abs=1e-6)
     assert t_test_power(1.959964 + 0.841621, 1.959964, 10_000) == pytest.approx(0.80, abs=1e-3)
     assert t_test_power(shift_for_power(0.8, t_upper(0.01, 3), 3), t_upper(0.01, 3), 3) == pytest.approx(0.8, abs=1e-5)
+    # The 80 % shifts at one and two degrees of freedom, from scipy.stats.nct.
+    assert shift_for_power(0.8, t_upper(0.025, 1), 1) == pytest.approx(16.3340, abs=1e-3)
+    assert shift_for_power(0.8, t_upper(0.025, 2), 2) == pytest.approx(5.6535, abs=1e-3)
+    for power, df in ((1.0, 3), (0.0, 3), (0.8, 0)):
+        with pytest.raises(ValueError):
+            shift_for_power(power, 2.0, df)
     rng, critical = random.Random(3), t_upper(0.025, 4)
     draws = [
         (rng.gauss(0, 1) + 3.0) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(4)) / 4) for _ in range(20_000)

@@ -75,6 +75,8 @@ def t_test_power(shift: float, critical: float, df: int) -> float:
 
 def shift_for_power(power: float, critical: float, df: int) -> float:
     """The shift (in standard errors) at which t_test_power reaches `power`: bisection."""
+    if not 0 < power < 1 or df < 1:
+        raise ValueError(f"power {power} must lie strictly between 0 and 1 and df {df} be at least 1")
     low, high = 0.0, 1.0
     while t_test_power(high, critical, df) < power:
         low, high = high, high * 2

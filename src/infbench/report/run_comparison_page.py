@@ -15,12 +15,10 @@ from infbench.report.tables import fmt
 from infbench.runs.comparison import (
     CAPACITY_METHOD,
     FASTER,
-    GATE_METHOD,
     NO_DIFFERENCE,
     NO_INTERVAL,
     SLOWER,
     STAGE_TITLES,
-    gate_reach,
 )
 
 VERDICT_CLASS = {FASTER: "pass", SLOWER: "fail", NO_DIFFERENCE: "pending", NO_INTERVAL: "warn"}
@@ -144,7 +142,8 @@ def runs_text(runs: dict | None) -> str:
     return f"{values}: {ratio['ratio']:.2f}x [{ratio['ci95_low']:.2f}, {ratio['ci95_high']:.2f}]"
 
 
-def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_patterns: list[str]) -> dict:
+def build_comparison_context(record: dict) -> dict:
+    """The page's context, from the comparison record alone (its gate included, as the JSON holds it)."""
     return {
         "record": record,
         "runs": record["runs"],
@@ -167,9 +166,6 @@ def build_comparison_context(record: dict, gate_lines: list[str] | None, gate_pa
             for comparison in record["comparisons"]
         ],
         "capacity_method": CAPACITY_METHOD,
-        "gate_lines": gate_lines,
-        "gate_patterns": gate_patterns,
-        "gate_method": GATE_METHOD,
-        "gate_reach": gate_reach(record, gate_patterns)["line"] if gate_lines is not None else None,
+        "gate": record.get("gate"),
         "verdict_class": VERDICT_CLASS,
     }

@@ -10,7 +10,7 @@ from infbench.core.artifacts import write_json, write_text_atomic
 from infbench.core.errors import UserError
 from infbench.report.render import render
 from infbench.report.run_comparison_page import build_comparison_context
-from infbench.runs.comparison import GATE_METHOD, comparison_record, gate, gate_reach
+from infbench.runs.comparison import comparison_record, gate_record
 from infbench.runs.results import load_run
 
 
@@ -35,20 +35,11 @@ def write_comparison(
         raise UserError(f"threshold {threshold} is not a fraction: give e.g. 0.05 for 5 %")
     runs = [load_run(location, source) for location, source in zip(locations, sources or locations)]
     record = comparison_record(runs, threshold, labels)
-    regressions = gate(record, gate_patterns) if gate_patterns else []
-    record["gate"] = (
-        {
-            "patterns": gate_patterns,
-            "regressions": regressions,
-            "method": GATE_METHOD,
-            "reach": gate_reach(record, gate_patterns),
-        }
-        if gate_patterns
-        else None
-    )
+    record["gate"] = gate_record(record, gate_patterns) if gate_patterns else None
+    regressions = record["gate"]["regressions"] if gate_patterns else []
     if json_path:
         write_json(json_path, record, "run_comparison")
-    context = build_comparison_context(record, regressions if gate_patterns else None, gate_patterns or [])
+    context = build_comparison_context(record)
     write_text_atomic(html, render(context, template))
     return record, regressions
 

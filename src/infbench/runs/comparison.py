@@ -547,28 +547,27 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
 
 
 GATE_POWER = 0.8  # the conventional power: a slowdown the gate catches in 4 comparisons of 5
+REACH_CAP = 100.0  # a reach past a factor of 100 is stated as "beyond x100" (null in the JSON), not computed
 
 
-def catchable_slowdown(se_log: float, df: int, tested: int, threshold: float) -> float:
-    """The smallest slowdown s of one gated figure that the gate fails on in at least GATE_POWER
-    of comparisons with this spread, as the fraction the candidate is slower by: the gain
-    g = 1 / (1 + s) is caught when p_slower's t reaches t_c, the critical value at Holm's
-    strictest level (its first step, GATE_ALPHA / m over the m figures tested), so
-
-    ln(1 + s) = ln(1 + threshold) + se(ln g) * d,   d: the shift at which t_test_power(d, t_c, df) = GATE_POWER
-
-    (the noncentral t's power, core/stats.py), with df Welch's lower bound, the fewer samples of
-    the two runs less one, so that p_slower's own degrees of freedom, estimated from the samples,
-    are never fewer. se is the two runs' own (their passes), as if their spread were the truth:
-    drift between the runs is not in it, so across runs the gate catches less than this
-    (docs/comparing-runs.md)."""
+def catchable_slowdown(se_log: float, df: int, tested: int, threshold: float) -> float | None:
+    """The smallest slowdown s of one gated figure (a latency x (1 + s), a throughput / (1 + s))
+    that the gate fails on in GATE_POWER of comparisons if se_log were the true spread; None
+    past a factor of REACH_CAP. The rule and its limits:
+    docs/comparing-runs.md#what-the-gate-says-it-could-have-caught."""
     critical = t_upper(GATE_ALPHA / tested, df)
-    return (1 + threshold) * math.exp(se_log * shift_for_power(GATE_POWER, critical, df)) - 1
+    log_factor = math.log1p(threshold) + se_log * shift_for_power(GATE_POWER, critical, df)
+    return None if log_factor > math.log(REACH_CAP) else math.expm1(log_factor)
+
+
+def reach_text(slowdown: float | None) -> str:
+    return f"beyond x{REACH_CAP:.0f}" if slowdown is None else f"{slowdown * 100:.0f} %"
 
 
 def gate_reach(record: dict, patterns: list[str]) -> dict:
     """What the gate could have caught: per comparison and tested figure (gated, with an interval)
-    its catchable_slowdown, and one line giving their range, for the page and the exit line."""
+    its catchable_slowdown with the level and degrees of freedom it was taken at, and one line
+    giving their range, for the page and the exit line."""
 
     def gated(key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
@@ -581,26 +580,45 @@ def gate_reach(record: dict, patterns: list[str]) -> dict:
         ]  # fmt: skip
         pair = f" ({comparison['candidate']} / {comparison['baseline']})" if len(record["comparisons"]) > 1 else ""
         for figure in tested:
-            fewer = min(figure["baseline"]["n"], figure["candidate"]["n"])
-            slowdown = catchable_slowdown(figure["se_log"], fewer - 1, len(tested), record["threshold"])
-            figures[figure["key"] + pair] = slowdown
+            df = min(figure["baseline"]["n"], figure["candidate"]["n"]) - 1  # Welch's fewest
+            figures[figure["key"] + pair] = {
+                "slowdown": catchable_slowdown(figure["se_log"], df, len(tested), record["threshold"]),
+                "level": GATE_ALPHA / len(tested),
+                "tested": len(tested),
+                "df": df,
+            }
     capacities = any(gated(c["key"]) for comparison in record["comparisons"] for c in comparison.get("capacities", []))
     if not figures:
         line = "the gate tested no serving or offline figure with an interval, so it states no slowdown it could catch"
     else:
-        ordered = sorted(figures.items(), key=lambda item: item[1])
+        ordered = sorted(
+            figures.items(), key=lambda item: math.inf if item[1]["slowdown"] is None else item[1]["slowdown"]
+        )
         (first, low), (last, high) = ordered[0], ordered[-1]
-        if f"{low * 100:.0f}" == f"{high * 100:.0f}":
-            span = f"{low * 100:.0f} % ({first}" + (f" and {len(ordered) - 1} more)" if len(ordered) > 1 else ")")
+        low, high = reach_text(low["slowdown"]), reach_text(high["slowdown"])
+        if low == high:
+            span = f"{low} ({first}" + (f" and {len(ordered) - 1} more)" if len(ordered) > 1 else ")")
         else:
-            span = f"{low * 100:.0f} % ({first}) to {high * 100:.0f} % ({last})"
+            span = f"{low} ({first}) to {high} ({last})"
         line = (
-            f"from these runs' own spread, the gate catches a slowdown of {span} or more {GATE_POWER * 100:.0f} % "
-            "of the time; drift between runs is not in that spread (docs/comparing-runs.md)"
+            f"were these runs' own spread the true one, the gate would catch a slowdown of {span} or more "
+            f"{GATE_POWER * 100:.0f} % of the time (a latency x (1 + s), a throughput / (1 + s)); "
+            "their spread is itself uncertain and drift between runs is not in it, so across runs it catches less "
+            "(docs/comparing-runs.md)"
         )
     if capacities:
         line += "; gated SLO capacities are judged by their intervals, their reach not stated"
-    return {"power": GATE_POWER, "catchable_slowdown": figures, "line": line}
+    return {"power": GATE_POWER, "figures": figures, "line": line}
+
+
+def gate_record(record: dict, patterns: list[str]) -> dict:
+    """The gate as the JSON holds it: its patterns and rule, the regressions (empty: passed) and its reach."""
+    return {
+        "patterns": patterns,
+        "regressions": gate(record, patterns),
+        "method": GATE_METHOD,
+        "reach": gate_reach(record, patterns),
+    }
 
 
 def comparison_record(runs: list[RunResults], threshold: float, labels: list[str] | None = None) -> dict:

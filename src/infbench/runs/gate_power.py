@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import statistics
 from dataclasses import replace
 
@@ -65,9 +66,9 @@ def stated_reach(runs: list[RunResults], pairs, patterns: list[str], threshold: 
     most sensitive one), as its median and range over the pairs; None where no pair states one."""
     stated = []
     for i, j in pairs:
-        reach = gate_reach(pair_record(runs[i], runs[j], threshold), patterns)["catchable_slowdown"]
+        reach = gate_reach(pair_record(runs[i], runs[j], threshold), patterns)["figures"]
         if reach:
-            stated.append(min(reach.values()))
+            stated.append(min(math.inf if f["slowdown"] is None else f["slowdown"] for f in reach.values()))
     if not stated:
         return None
     return {"median": statistics.median(stated), "low": min(stated), "high": max(stated), "pairs": len(stated)}
