@@ -68,7 +68,7 @@ def main(stage):
     for note in notes:
         print(f"note: {note}")
     model = stage.facts["name"]
-    table = write_table(stage.output.requests, level_rows(levels))
+    table = write_table(stage.output.requests, level_rows(levels, params.load["slo_ms"]))
     stage.write(
         stage.output.server,
         {

@@ -111,7 +111,7 @@ def test_each_run_searches_on_a_server_started_for_it_and_stopped_before_the_nex
     def search_on(server, kv):
         assert server.process.poll() is None  # this run's server is up
         assert all(old.process.poll() is not None for old in servers[:-1])  # earlier ones are gone
-        # Each run's requests come back numbered run 1 (request_table.window_rows).
+        # Each run's requests come back numbered run 1 (request_table.probe_rows).
         requests = [{"run": 1, "pool": kv["num_blocks"]}]
         return {"concurrency": search_record(kv["num_blocks"] // 100), "requests": requests}
 

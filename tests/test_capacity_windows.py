@@ -154,6 +154,18 @@ def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_i
             opened, closed = one["window_s"]
             assert closed - opened >= long_enough and one["sent"] > one["requests"] > 0
     assert rate["trace_rate"] is None
+    # The request table holds every request each probe's passes sent: counted, uncounted, and
+    # those cut off when a pass ended (never counted), under the probe's numeric load.
+    table, passes = record["requests"], [one for p in [*search["probes"], *rate["probes"]] for one in p["pass_records"]]
+    assert len(table) == sum(one["sent"] for one in passes) and sum(r["counted"] for r in table) == sum(
+        one["requests"] for one in passes
+    )
+    cancelled = [r for r in table if r["failure_cause"] == "cancelled"]
+    assert cancelled and not any(r["counted"] or r["success"] or r["met_slo"] for r in cancelled)
+    assert {r["measurement"] for r in table if r["max_concurrency"] is not None} == {
+        f"c={p['load']}" for p in search["probes"]
+    }
+    assert {r["request_rate"] for r in table if r["max_concurrency"] is None} == {p["load"] for p in rate["probes"]}
     # Every probe of both searches, open loop too, holds what a probe must.
     check_probes([*search["probes"], *rate["probes"]], settings, settings["attainment"])
 

@@ -16,8 +16,9 @@ from infbench.core.metrics import failures_by_cause, failures_text
 from infbench.engines.vllm_server import ServerError
 from infbench.report.serve import failed_cell
 from infbench.serving.client import LoadRequest, run_level
-from infbench.serving.request_table import COLUMNS, streamed_record, table_rows, write_table
+from infbench.serving.request_table import COLUMNS, table_rows, write_table
 from infbench.serving.sweep import study_request
+from infbench.serving.window import streamed_record
 
 STALL_S = 3.0  # a stalled stream's pause, past the client's 1 s timeout
 
@@ -78,7 +79,9 @@ def test_failed_requests_are_counted_by_cause_and_the_page_names_them(tmp_path):
     # token times for a failed request.
     records = [streamed_record(s, run.started) for s in run.results]
     path = tmp_path / "load.requests.csv"
-    written = write_table(path, table_rows(records, run=1, measurement="c=10", pass_number=1, counted=True))
+    where = {"run": 1, "measurement": "c=10", "request_rate": None, "max_concurrency": 10, "pass": 1,
+             "pass_started_unix": 0.0}  # fmt: skip
+    written = write_table(path, table_rows([(r, True) for r in records], where, {"ttft": 10_000}))
     table = pandas.read_csv(path)
     assert written == {"file": "load.requests.csv", "rows": 10, "columns": list(COLUMNS)}
     assert list(table.columns) == list(COLUMNS) and table["success"].dtype == bool
@@ -89,6 +92,37 @@ def test_failed_requests_are_counted_by_cause_and_the_page_names_them(tmp_path):
     ttft = [s.result.ttft for s in run.results if s.result.success]
     assert (done["first_token_s"] - done["sent_s"]).tolist() == pytest.approx(ttft, abs=2e-6)  # to the µs
     assert (done["sent_s"] >= 0).all() and (done["last_token_s"] >= done["first_token_s"]).all()
+    assert table["met_slo"].tolist() == table["success"].tolist() and (table["max_tokens"] == 1).all()
+
+
+def test_a_table_row_is_its_request_record_on_the_pass_clock():
+    """A hand-made record, sent 1.0 s into its pass with TTFT 0.1 s and E2E 0.5 s: its first token
+    at 1.1, its last at 1.5; tokens in, asked for and out kept apart; the SLO judged by the
+    metrics' rule; a pass's rows in send order, a cancelled request a failure with no tokens."""
+    import math
+
+    from infbench.serving.client import LoadRequest
+    from infbench.serving.window import cancelled_record
+
+    record = {"request_id": "a#1", "prompt_tokens": 7, "max_tokens": 5, "output_tokens": 4, "ttft": 0.1,
+              "e2el": 0.5, "success": True, "error": None, "sent_s": 1.0, "scheduled_s": 0.98}  # fmt: skip
+    cut_off = cancelled_record(LoadRequest("b#2", "hi", 3, 9), sent_at=102.0, scheduled_s=None, started=100.0)
+    where = {"run": 2, "measurement": "rate=2/s", "request_rate": 2.0, "max_concurrency": None, "pass": 3,
+             "pass_started_unix": 1.7e9}  # fmt: skip
+    early, late = table_rows([(cut_off, False), (record, True)], where, {"ttft": 200, "tpot": 150, "e2el": 600})
+    assert early == {
+        **where, "counted": True, "request_id": "a#1", "scheduled_s": 0.98, "sent_s": 1.0, "first_token_s": 1.1,
+        "last_token_s": 1.5, "prompt_tokens": 7, "max_tokens": 5, "output_tokens": 4, "success": True,
+        "met_slo": True, "failure_cause": None, "error": None,
+    }  # fmt: skip
+    assert list(early) == list(COLUMNS)
+    # TPOT (0.5 - 0.1) / 3 = 133 ms: over a 100 ms SLO, within 150.
+    assert table_rows([(record, True)], where, {"tpot": 100})[0]["met_slo"] is False
+    assert table_rows([(record, True)], where, {"tpot": 150})[0]["met_slo"] is True
+    assert table_rows([(record, True)], where, {})[0]["met_slo"] is None  # no SLO set
+    assert (late["sent_s"], late["counted"], late["success"], late["met_slo"]) == (2.0, False, False, False)
+    assert late["failure_cause"] == "cancelled" and late["first_token_s"] is None and late["max_tokens"] == 9
+    assert not math.isnan(late["prompt_tokens"]) and late["output_tokens"] == 0
 
 
 def test_a_non_streamed_reply_without_choices_ends_the_stage_naming_the_endpoint():

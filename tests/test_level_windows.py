@@ -4,6 +4,8 @@ window, holds the load until they finish and takes throughput over the window; a
 runs out says so. The reference-server passes take real time (5-10 s each): they run with the
 slow group, the pure window arithmetic with the fast one."""
 
+import time
+
 import pytest
 
 from infbench.core.metrics import RequestResult
@@ -88,10 +90,15 @@ def test_a_level_counts_the_distinct_requests_of_its_window_and_takes_throughput
         assert all(r["scheduled_s"] >= repeat["window"]["opened_s"] - 0.05 for r in repeat["requests"])
     assert 15.0 < rate["offered_request_rate"] < 27.0 and 15.0 < rate["achieved_request_rate"] < 27.0
     # The request table: every repeat's counted and uncounted requests, the rate's on its schedule.
-    table = level_rows([closed, rate])
+    table = level_rows([closed, rate], LOAD["slo_ms"])
     for level, name in ((closed, "c=4"), (rate, "rate=20/s")):
         for number, repeat in enumerate(level["repeats"], start=1):
+            assert repeat["cancelled_requests"] == []  # a level's pass lets its last requests finish
             mine = [r for r in table if r["measurement"] == name and r["pass"] == number]
+            assert {r["pass_started_unix"] for r in mine} == {repeat["started_unix"]}
+            assert 0 < time.time() - repeat["started_unix"] < 600
+            assert [r["sent_s"] for r in mine] == sorted(r["sent_s"] for r in mine)
+            assert [r["met_slo"] for r in mine] == [r["success"] and r["last_token_s"] is not None for r in mine]
             assert sum(r["counted"] for r in mine) == len(repeat["requests"])
             assert len(mine) == repeat["window"]["finished"]
             assert [r["request_id"] for r in mine if r["counted"]] == [r["request_id"] for r in repeat["requests"]]

@@ -168,7 +168,7 @@ def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
             with new_server(index + 1) as server:
                 kv = server_kv_facts(server.base_url) if server.metrics else None
                 found = search_on(server, kv)
-                requests += [{**row, "run": index + 1} for row in found.pop("requests")]
+            requests += [{**row, "run": index + 1} for row in found.pop("requests")]
         except (ServerError, EndpointError, httpx.HTTPError) as error:
             if not records:
                 raise

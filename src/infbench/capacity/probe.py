@@ -18,7 +18,7 @@ from infbench.core.stats import percentile, summarize
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import cycle_requests, load_request, run_level
-from infbench.serving.request_table import probe_name, window_rows
+from infbench.serving.request_table import probe_rows
 from infbench.serving.sweep import Level, warmup_requests
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
 
@@ -323,10 +323,10 @@ class Prober:
                 api=self.api,
             )
             out_of_time |= measured.run.closed_at_deadline
-            scale = arrivals.scale if isinstance(arrivals, TraceArrivals) else None
-            self.requests += window_rows(
-                measured.run, measurement=probe_name(mode, load, self.api, scale), pass_number=index + 1
-            )
+            self.requests += probe_rows(
+                measured.run, mode=mode, load=load, api=self.api, burstiness=self.load_settings["burstiness"],
+                trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
+            )  # fmt: skip
             last = PassRecord.of(measured, slo_ms)
             passes.append(last)
             met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx2
 import openai
@@ -44,6 +44,13 @@ class StreamedResult:
     # ended); sent_at - ready_at is its wait for a free slot (vLLM's client_queue_time).
     ready_at: float | None = None
     scheduled_s: float | None = None  # open loop, windowed pass: its send offset in the schedule
+    max_tokens: int | None = None  # the output tokens it asked for
+
+
+def unix_time(perf_counter_at: float) -> float:
+    """A time.perf_counter reading (any process of this boot: it is the monotonic clock) as
+    seconds since the epoch, to anchor a pass's relative times for users' own tools."""
+    return time.time() - time.perf_counter() + perf_counter_at
 
 
 APIS = ("completions", "chat")
@@ -140,7 +147,7 @@ def streamed_result(request: LoadRequest, api: str, started: float, arrived: lis
     if first is None:
         raise MalformedStream("never received a chunk with a choice")
     result = RequestResult(request.id, prompt_tokens, output_tokens or 0, first - started, latest - started, itl)
-    return StreamedResult(result, "".join(text), started)
+    return StreamedResult(result, "".join(text), started, max_tokens=request.max_tokens)
 
 
 async def stream_request(
@@ -176,7 +183,7 @@ async def stream_request(
             request.id, request.prompt_tokens, 0, 0.0, 0.0, [], success=False,
             error=f"{type(error).__name__}: {error}{cause}",
         )  # fmt: skip
-        return StreamedResult(result, "", started)
+        return StreamedResult(result, "", started, max_tokens=request.max_tokens)
 
 
 def openai_client(base_url: str, timeout_s: float, api_key: str | None = None) -> openai.AsyncOpenAI:
@@ -209,6 +216,7 @@ class PassWindow:
     completed: int  # requests that completed in the window
     completed_prompt_tokens: int  # their prompt tokens
     output_tokens: float  # output tokens that arrived in the window
+    cancelled: list[dict] = field(default_factory=list)  # window.cancelled_record of each request cut off
 
     @property
     def seconds(self) -> float:

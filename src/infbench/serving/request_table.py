@@ -1,36 +1,25 @@
-"""Every request a stage timed, one row each, in a CSV file beside the stage's JSON artifact
-(`load.requests.csv`, `capacity.requests.csv`), for users' own tools (pandas, polars, DuckDB, a
-spreadsheet). Its columns: docs/method.md#request-tables."""
+"""Every request a stage sent in its timed passes, one row each, in a CSV file beside the
+stage's JSON artifact (`load.requests.csv`, `capacity.requests.csv`), for users' own tools
+(pandas, polars, DuckDB, a spreadsheet). Its columns: docs/method.md#request-tables."""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 
 from infbench.core.artifacts import write_text_atomic
 from infbench.core.level_names import level_case, level_name
-from infbench.core.metrics import failure_cause
-from infbench.serving.client import StreamedResult
+from infbench.core.metrics import RequestResult, failure_cause, meets_slo
+from infbench.serving.client import unix_time
+from infbench.serving.window import streamed_record
 
 COLUMNS = (
-    "run", "measurement", "pass", "counted", "request_id", "scheduled_s", "sent_s", "first_token_s",
-    "last_token_s", "prompt_tokens", "output_tokens", "success", "failure_cause", "error",
+    "run", "measurement", "request_rate", "max_concurrency", "pass", "pass_started_unix", "counted", "request_id",
+    "scheduled_s", "sent_s", "first_token_s", "last_token_s", "prompt_tokens", "max_tokens", "output_tokens",
+    "success", "met_slo", "failure_cause", "error",
 )  # fmt: skip
-
-
-def streamed_record(streamed: StreamedResult, started: float) -> dict:
-    """One request as the client saw it: vLLM's fields, when it was sent from its pass's start
-    (`started`, perf_counter), and (open loop) when it was scheduled, its send lag and its client
-    queue time."""
-    record = {**streamed.result.to_json(), "sent_s": streamed.sent_at - started}
-    if streamed.scheduled_s is not None:
-        record.update(
-            scheduled_s=streamed.scheduled_s,
-            send_lag_s=streamed.ready_at - (started + streamed.scheduled_s),
-            client_queue_s=streamed.sent_at - streamed.ready_at,
-        )
-    return record
 
 
 def seconds(value: float | None) -> float | None:
@@ -38,17 +27,24 @@ def seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def table_rows(records: list[dict], *, run: int, measurement: str, pass_number: int, counted: bool) -> list[dict]:
-    """Rows of one pass's request records (as `streamed_record` and load.json write them). A
-    failed request has no first or last token."""
+def met_slo(record: dict, slo_ms: dict) -> bool | None:
+    """Whether the request met every SLO (core/metrics.py meets_slo); None where none is set."""
+    if not slo_ms:
+        return None
+    fields = ("request_id", "prompt_tokens", "output_tokens", "ttft", "e2el")
+    return record["success"] and meets_slo(RequestResult(*(record[f] for f in fields)), slo_ms)
+
+
+def table_rows(records: list[tuple[dict, bool]], where: dict, slo_ms: dict) -> list[dict]:
+    """Rows of one pass's (request record, counted) pairs, records as `streamed_record` and
+    load.json write them, in send order; `where`: the pass's leading columns (run to
+    pass_started_unix). A failed request has no first or last token."""
     rows = []
-    for record in records:
+    for record, counted in sorted(records, key=lambda pair: pair[0]["sent_s"]):
         done, sent = record["success"], record["sent_s"]
         rows.append(
             {
-                "run": run,
-                "measurement": measurement,
-                "pass": pass_number,
+                **where,
                 "counted": counted,
                 "request_id": record["request_id"],
                 "scheduled_s": seconds(record.get("scheduled_s")),
@@ -56,8 +52,10 @@ def table_rows(records: list[dict], *, run: int, measurement: str, pass_number: 
                 "first_token_s": seconds(sent + record["ttft"]) if done else None,
                 "last_token_s": seconds(sent + record["e2el"]) if done else None,
                 "prompt_tokens": record["prompt_tokens"],
+                "max_tokens": record.get("max_tokens"),  # runs made before it was recorded lack it
                 "output_tokens": record["output_tokens"],
                 "success": done,
+                "met_slo": met_slo(record, slo_ms),
                 "failure_cause": None if done else failure_cause(record["error"]),
                 "error": record["error"],
             }
@@ -65,22 +63,46 @@ def table_rows(records: list[dict], *, run: int, measurement: str, pass_number: 
     return rows
 
 
-def level_rows(levels: list[dict]) -> list[dict]:
-    """The rows of load.json's levels: every repeat's counted and uncounted requests."""
+def finite_rate(rate) -> float | None:
+    """A level's request rate as a number; None for a closed loop (vLLM's "inf")."""
+    return None if rate in (None, "inf") or math.isinf(float(rate)) else float(rate)
+
+
+def level_rows(levels: list[dict], slo_ms: dict) -> list[dict]:
+    """The rows of load.json's levels: every repeat's counted, uncounted and cancelled requests."""
     rows = []
     for level in levels:
         for number, repeat in enumerate(level["repeats"], start=1):
-            where = {"run": 1, "measurement": level_name(level), "pass_number": number}
-            rows += table_rows(repeat["requests"], counted=True, **where)
-            rows += table_rows(repeat.get("uncounted_requests", []), counted=False, **where)
+            where = {
+                "run": 1, "measurement": level_name(level), "request_rate": finite_rate(level["request_rate"]),
+                "max_concurrency": level["max_concurrency"], "pass": number,
+                "pass_started_unix": repeat.get("started_unix"),
+            }  # fmt: skip
+            records = [(r, True) for r in repeat["requests"]]
+            records += [(r, False) for r in repeat.get("uncounted_requests", []) + repeat.get("cancelled_requests", [])]
+            rows += table_rows(records, where, slo_ms)
     return rows
 
 
-def probe_name(mode: str, load: float, api: str, trace_scale: float | None) -> str:
-    """A capacity probe named as a serving level: c=8, rate=2.5/s, trace x1.5."""
-    if mode == "concurrency":
-        return level_case(None, int(load), api=api)
-    return level_case(load, None, api=api, trace_scale=trace_scale)
+def probe_rows(run, *, mode: str, load: float, api: str, burstiness: float, trace_scale: float | None,
+               pass_number: int, slo_ms: dict) -> list[dict]:  # fmt: skip
+    """The rows of a capacity probe's windowed pass (window.WindowRun): every request it sent,
+    counted, uncounted or cancelled; run 1 (search_runs numbers a capacity stage's runs). The
+    probe is named as a serving level: c=8, rate=2.5/s, trace x1.5."""
+    closed = mode == "concurrency"
+    where = {
+        "run": 1,
+        "measurement": level_case(
+            None if closed else load, int(load) if closed else None, None if trace_scale else burstiness,
+            api=api, trace_scale=trace_scale,
+        ),
+        "request_rate": None if closed else load,
+        "max_concurrency": int(load) if closed else None,
+        "pass": pass_number,
+        "pass_started_unix": unix_time(run.started),
+    }  # fmt: skip
+    records = [(streamed_record(s, run.started), counted) for s, counted in zip(run.results, run.counted)]
+    return table_rows(records + [(r, False) for r in run.cancelled], where, slo_ms)
 
 
 def write_table(path: str | Path, rows: list[dict]) -> dict:
@@ -92,14 +114,3 @@ def write_table(path: str | Path, rows: list[dict]) -> dict:
     writer.writerows(rows)
     write_text_atomic(path, text.getvalue())
     return {"file": Path(path).name, "rows": len(rows), "columns": list(COLUMNS)}
-
-
-def window_rows(run, *, measurement: str, pass_number: int) -> list[dict]:
-    """The rows of a windowed pass (window.WindowRun): every request that finished, counted or
-    not; run 1 (search_runs numbers a capacity stage's runs)."""
-    records = [streamed_record(s, run.started) for s in run.results]
-    return [
-        row
-        for record, counted in zip(records, run.counted)
-        for row in table_rows([record], run=1, measurement=measurement, pass_number=pass_number, counted=counted)
-    ]

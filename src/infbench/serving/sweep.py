@@ -19,7 +19,15 @@ from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.engines.vllm_server import ServerError, VLLMServer
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
-from infbench.serving.client import LevelRun, LoadRequest, cycle_requests, load_request, run_level, trace_requests
+from infbench.serving.client import (
+    LevelRun,
+    LoadRequest,
+    cycle_requests,
+    load_request,
+    run_level,
+    trace_requests,
+    unix_time,
+)
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.level_checks import (
     client_rates,
@@ -28,9 +36,8 @@ from infbench.serving.level_checks import (
     processes_needed,
     validity_checks,
 )
-from infbench.serving.request_table import streamed_record
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
-from infbench.serving.window import RequestSupply, Window, ensure_alive, level_run, measure_pass
+from infbench.serving.window import RequestSupply, Window, ensure_alive, level_run, measure_pass, streamed_record
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
 
 
@@ -230,6 +237,8 @@ def repeat_summary(
             "time_totals": pass_totals(run.metrics, finished),
             "requests": records,
             "uncounted_requests": uncounted_records(run),
+            "cancelled_requests": run.window.cancelled if run.window else [],
+            "started_unix": unix_time(run.started),
             **queue_figures(records),
         }
     )
@@ -255,7 +264,7 @@ def queue_figures(records: list[dict]) -> dict:
 def request_records(run: LevelRun) -> list[dict]:
     """Each request as the client saw it: vLLM's fields, when it was sent from the pass's start,
     and (open loop) when it was scheduled, its send lag and its client queue time."""
-    records = [{**s.result.to_json(), "sent_s": s.sent_at - run.started} for s in run.results]
+    records = [streamed_record(s, run.started) for s in run.results]
     timing = open_loop_timing(run)
     if timing is not None:
         for record, *fields in zip(records, timing["scheduled_s"], timing["send_lag_s"], timing["client_queue_s"]):

@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from infbench.core.errors import UserError
 from infbench.core.metrics import RequestResult
@@ -54,6 +54,7 @@ class WindowRun:
     client_cpu_s: float = 0.0  # this process's CPU seconds over the pass
     settled_early: bool = False  # the window closed before min_requests: its outcome was fixed
     closed_at_deadline: bool = False  # the window closed early at Window.deadline
+    cancelled: list[dict] = field(default_factory=list)  # cancelled_record of each request cut off at the end
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -106,6 +107,7 @@ class _Pass:
         self.window, self.ramp, self.started = window, ramp, started
         self.sent = 0
         self.results: dict[int, StreamedResult] = {}
+        self.in_flight: dict[int, tuple[LoadRequest, float, float | None]] = {}  # request, sent_at, scheduled_s
         self.counted: set[int] = set()
         self.send_lag: dict[int, float] = {}  # open loop: by send index
         self.in_flight_counted = 0
@@ -139,10 +141,11 @@ class _Pass:
     def sending(self) -> bool:
         return not self.done.is_set()
 
-    def on_send(self) -> int:
+    def on_send(self, request: LoadRequest, scheduled_s: float | None = None) -> int:
         """A request is being sent now: its index in the pass, counted if the window is open."""
         index = self.sent
         self.sent += 1
+        self.in_flight[index] = (request, time.perf_counter(), scheduled_s)
         if self.open_now():
             self.counted.add(index)
             self.in_flight_counted += 1
@@ -152,6 +155,7 @@ class _Pass:
 
     def on_finish(self, index: int, streamed: StreamedResult) -> None:
         self.results[index] = streamed
+        del self.in_flight[index]
         if len(self.results) == self.ramp and self.opened is None and not self.exhausted:
             self.opened = self.now()
         if index in self.counted:
@@ -202,7 +206,7 @@ async def closed_loop(client, model: str, supply: Iterator[LoadRequest], concurr
             if request is None:
                 state.stop_sending()
                 return
-            index = state.on_send()
+            index = state.on_send(request)
             state.on_finish(index, await stream_request(client, model, request, api))
 
     tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
@@ -229,7 +233,7 @@ async def open_loop(
             if request is None:
                 state.stop_sending()
                 return
-            index = state.on_send()
+            index = state.on_send(request, offset)
             state.send_lag[index] = ready - (state.started + offset)  # the client late to its schedule
             streamed = await stream_request(client, model, request, api)
         streamed.ready_at, streamed.scheduled_s = ready, offset
@@ -317,7 +321,34 @@ async def run_window(
         client_cpu_s=cpu_s,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
+        cancelled=[cancelled_record(*state.in_flight[i], started) for i in sorted(state.in_flight)],
     )
+
+
+def streamed_record(streamed: StreamedResult, started: float) -> dict:
+    """One request as the client saw it: vLLM's fields, its max_tokens, when it was sent from its
+    pass's start (`started`, perf_counter), and (open loop) when it was scheduled, its send lag
+    and its client queue time."""
+    record = {**streamed.result.to_json(), "max_tokens": streamed.max_tokens, "sent_s": streamed.sent_at - started}
+    if streamed.scheduled_s is not None:
+        record.update(
+            scheduled_s=streamed.scheduled_s,
+            send_lag_s=streamed.ready_at - (started + streamed.scheduled_s),
+            client_queue_s=streamed.sent_at - streamed.ready_at,
+        )
+    return record
+
+
+def cancelled_record(request: LoadRequest, sent_at: float, scheduled_s: float | None, started: float) -> dict:
+    """A request still in flight when its pass ended, cancelled by the client: sent after the
+    window closed (a counted request is always waited for), so never counted; recorded as a
+    failure with no tokens, so that a pass's requests are all accounted for."""
+    return {
+        "request_id": request.id, "prompt_tokens": request.prompt_tokens, "output_tokens": 0,
+        "ttft": None, "e2el": None, "itl": [], "success": False, "tpot": None, "max_tokens": request.max_tokens,
+        "error": "cancelled: still in flight when the pass ended (sent after its window closed, never counted)",
+        "sent_s": sent_at - started, **({"scheduled_s": scheduled_s} if scheduled_s is not None else {}),
+    }  # fmt: skip
 
 
 def window_output(run: WindowRun) -> tuple[int, int, float]:
@@ -431,7 +462,7 @@ def level_run(measured: MeasuredPass) -> LevelRun:
         started=run.started,
         window=PassWindow(
             run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
-            measured.completed, measured.prompt_tokens, measured.output_tokens,
+            measured.completed, measured.prompt_tokens, measured.output_tokens, run.cancelled,
         ),
     )  # fmt: skip
 
