@@ -48,12 +48,15 @@ def user_profile(tmp_path) -> str:
     return str(folder)
 
 
+SNAKEMAKE = str(REPO / ".venv/bin/snakemake") if (REPO / ".venv/bin/snakemake").exists() else shutil.which("snakemake")
+
+
 def slurm_command(workdir, profile: str, *args: str) -> list[str]:
     """Snakemake through the SLURM executor as docs/clusters-and-caches.md gives it. Without an
     accounting daemon job states come from squeue; the first status check after 2 s, not the
     plugin's 40, keeps the test short."""
     return [
-        str(REPO / ".venv/bin/snakemake") if (REPO / ".venv/bin/snakemake").exists() else shutil.which("snakemake"),
+        SNAKEMAKE,
         "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--profile", profile, "--workflow-profile", "none",
         "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
@@ -102,23 +105,61 @@ def test_second_working_directory_reuses_the_cached_model(tmp_path):
     assert (second / "resources/models/cached-smollm2/model.safetensors").stat().st_size > 100_000_000
 
 
-def test_slurm_profile_dry_run_requests_gpus_on_cuda(tmp_path):
+def fake_slurm(folder) -> dict:
+    """An environment whose `sbatch` records each call and submits nothing, and whose
+    `sacctmgr` lists the test's account, so that the SLURM executor builds its real sbatch lines
+    on a machine with no cluster running."""
+    bin_dir = folder / "fake-slurm"
+    bin_dir.mkdir()
+    record = f'printf "%s\\n" "$*" >> {bin_dir}/calls'
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\n{record}\necho "sbatch: error: recorded, not submitted" >&2\nexit 1\n')
+    (bin_dir / "sacctmgr").write_text(f"#!/bin/sh\necho {slurm.ACCOUNT}\n")
+    for tool in ("sbatch", "sacctmgr"):
+        (bin_dir / tool).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.slow  # two Snakemake runs of a few seconds
+def test_the_sbatch_line_asks_for_a_gpu_on_cuda_engine_rules_only(tmp_path):
+    """With config/gpu.yaml, the SLURM executor's own sbatch lines (recorded by a stand-in
+    sbatch) carry --gpus=1 for the engine rules and not for the workload; the profile's account,
+    partition, memory, runtime and --exclusive as claimed. The engine rules' inputs stand in
+    as empty files and folders, all of one time, so that those rules are the ones due."""
+    model = load_default_config()["models"][0]["name"]
     write_config(tmp_path, load_default_config())
-    result = snakemake(
-        tmp_path,
-        "--profile",
-        str(REPO / "profiles/slurm"),
-        "--workflow-profile",
-        "none",
-        "--configfile",
-        str(tmp_path / "config/config.yaml"),
-        str(REPO / "config/gpu.yaml"),
-        "--dry-run",
-    )
-    blocks = dry_run_jobs(result.stdout)
-    for rule in ("hf_baseline", "vllm_offline", "serve"):
-        assert "gpu=1" in blocks[rule] and "slurm_account=REPLACE_WITH_YOUR_ACCOUNT" in blocks[rule], blocks[rule]
-    assert "gpu=1" not in blocks["workload"]
+    env = fake_slurm(tmp_path)
+    engine_targets = [f"results/{model}/{name}.json" for name in ("hf_baseline", "vllm_offline", "load")]
+    options = [
+        "--profile", user_profile(tmp_path), "--workflow-profile", "none",
+        "--configfile", str(tmp_path / "config/config.yaml"), str(REPO / "config/gpu.yaml"),
+        "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "1", "--keep-going",
+    ]  # fmt: skip
+    planned = dry_run_jobs(snakemake(tmp_path, *options, "--dry-run", "--forceall", *engine_targets).stdout)
+    now = time.time()
+    for rule in ("download_model", "model", "workload"):
+        (outputs,) = [line.split(": ", 1)[1] for line in planned[rule].splitlines() if "output:" in line]
+        for output in (tmp_path / name for name in outputs.split(", ")):
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.mkdir() if not output.suffix else output.touch()
+            os.utime(output, (now, now))
+    snakemake(tmp_path, *options, *engine_targets, check=False, env=env)
+    snakemake(tmp_path, *options, "--forcerun", "workload", f"results/{model}/workload.jsonl", check=False, env=env)
+    calls = {
+        re.search(r"--comment rule_(\w+?)(?:_wildcards_\S+)? ", line).group(1): line
+        for line in (tmp_path / "fake-slurm/calls").read_text().splitlines()
+        if line.startswith("--parsable")
+    }
+    # The engine rules due once their inputs are there, the bandwidth probe and the live KV check
+    # (on in gpu.yaml) among them, each on a GPU of a whole node.
+    engine_rules = {"hf_baseline", "vllm_offline", "serve", "paging_live", "machine"}
+    assert set(calls) == engine_rules | {"workload"}, calls
+    for rule in engine_rules:
+        line = calls[rule]
+        assert " --gpus=1 " in line and " --exclusive " in line and " --cpus-per-task=8 " in line, line
+        assert f" -A {slurm.ACCOUNT} -p {slurm.PARTITION} " in line, line
+    assert " --mem 16000 " in calls["serve"] and " -t 120 " in calls["serve"]
+    assert "--gpus" not in calls["workload"] and "--exclusive" not in calls["workload"]
+    assert " --mem 8000 " in calls["workload"] and " --cpus-per-task=1 " in calls["workload"]
 
 
 def test_every_measuring_rule_asks_slurm_for_a_whole_node():
@@ -222,3 +263,37 @@ def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster,
             assert (mem, record[j]["TimeLimit"]) == ("16000M", "120"), record[j]
         if rule == "workload":  # the profile's defaults, one CPU
             assert (mem, record[j]["TimeLimit"], record[j]["ProcCnt"]) == ("8000M", "60", "1"), record[j]
+
+
+def test_a_model_cached_from_an_allocation_is_linked_not_converted_by_the_next_cluster_run(
+    cluster, tiny_model, tmp_path
+):
+    """The shared cache on a cluster as docs/clusters-and-caches.md gives it: the model brought in
+    by a local run inside an allocation (`srun ... snakemake --cache ... resources/models/NAME`).
+    The first working directory stores it, the second links it from the cache without
+    converting; the second's run through sbatch then submits the workload job alone."""
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    env = {**os.environ, "SNAKEMAKE_OUTPUT_CACHE": str(cache)}
+    config = tiny_config(tiny_model)
+    model = config["models"][0]["name"]
+    outputs = {}
+    for name in ("alice", "bob"):
+        workdir = tmp_path / name
+        write_config(workdir, config)
+        local = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
+        in_allocation = ["srun", "--mem=4000", "-c", "1", "-p", slurm.PARTITION, *local, "--cache", "--cores", "1"]
+        in_allocation.append(f"resources/models/{model}")
+        outputs[name] = subprocess.run(in_allocation, env=env, capture_output=True, text=True, timeout=600)
+        assert outputs[name].returncode == 0, outputs[name].stderr[-3000:]
+    assert "to cache" in outputs["alice"].stderr and "from cache" in outputs["bob"].stderr
+    assert "Converting" not in text_of(tmp_path / "bob/logs/model" / f"{model}.log")
+    assert read_json(tmp_path / "bob/resources/models" / model / "model.json") == read_json(
+        tmp_path / "alice/resources/models" / model / "model.json"
+    )
+    result = subprocess.run(
+        slurm_command(tmp_path / "bob", user_profile(tmp_path), f"results/{model}/workload.jsonl", "--cache"),
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [rule for rule, _ in submitted(result.stdout + result.stderr).values()] == ["workload"]
