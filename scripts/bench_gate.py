@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from infbench.core.stats import log_ratio
-from infbench.runs.comparison import GATE_ALPHA, GATE_POWER, Figure, catchable_slowdown, p_slower
+from infbench.runs.comparison import GATE_ALPHA, GATE_POWER, Figure, catchable_slowdown, p_slower, reach_text
 from infbench.runs.gate_power import measure_gate
 from infbench.runs.results import load_run
 
@@ -84,7 +84,7 @@ def measure(runs: list[str], patterns: list[str], threshold: float, slowdowns: l
     if stated:
         print(
             f"stated by the gate from each pair's own spread ({GATE_POWER * 100:.0f} % power): median "
-            f"{stated['median'] * 100:.0f} %, {stated['low'] * 100:.0f}-{stated['high'] * 100:.0f} % over "
+            f"{reach_text(stated['median'])}, {reach_text(stated['low'])} to {reach_text(stated['high'])} over "
             f"{stated['pairs']} pairs"
         )
     if json_path:
@@ -108,19 +108,28 @@ def simulate(passes: list[int], spread: float, tested: int, threshold: float, dr
         return p_slower(*figures, threshold=threshold) <= GATE_ALPHA / tested
 
     for n in passes:
-        true_reach = catchable_slowdown(spread * math.sqrt(2 / n), n - 1, tested, threshold)
+        level = GATE_ALPHA / tested
+        true_reach = catchable_slowdown(spread * math.sqrt(2 / n), n - 1, level, threshold)
+        line = f"{n} passes a side, spread {spread * 100:.0f} %, {tested} gated: from the true spread stated "
+        if true_reach is None:
+            print(line + f"{reach_text(None)}, nothing to plant")
+            continue
         at_true = sum(caught(true_reach) for _ in range(draws))
         own, at_own = [], 0
         for _ in range(draws):
-            stated = catchable_slowdown(log_ratio(*sample(0.0))[1], n - 1, tested, threshold)
+            stated = catchable_slowdown(log_ratio(*sample(0.0))[1], n - 1, level, threshold)
             if stated is not None:  # "beyond x100" states nothing to catch
                 own.append(stated)
                 at_own += caught(stated)
         print(
-            f"{n} passes a side, spread {spread * 100:.0f} %, {tested} gated: from the true spread stated "
-            f"{true_reach * 100:.1f} %, caught in {at_true / draws * 100:.1f} % of {draws} draws; from each pair's "
-            f"own spread stated a median {statistics.median(own) * 100:.1f} %, caught in "
-            f"{at_own / len(own) * 100:.1f} % of the {len(own)} that stated one"
+            line
+            + f"{true_reach * 100:.1f} %, caught in {at_true / draws * 100:.1f} % of {draws} draws; from each "
+            + (
+                f"pair's own spread stated a median {statistics.median(own) * 100:.1f} %, caught in "
+                f"{at_own / len(own) * 100:.1f} % of the {len(own)} that stated one"
+                if own
+                else f"pair's own spread: {reach_text(None)} in every draw"
+            )
         )
 
 

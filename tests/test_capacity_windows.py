@@ -4,6 +4,7 @@ and an open loop held above the server's throughput is called saturated."""
 
 import asyncio
 import time
+from collections import Counter
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from timing import SchedulingJitter
 
 from infbench.capacity.measure import search_capacity
 from infbench.capacity.probe import PassRecord, Prober, missed_whatever_follows, verdict
+from infbench.core.level_names import level_case
 from infbench.core.metrics import RequestResult
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import load_request
@@ -166,6 +168,16 @@ def test_the_rate_search_is_seeded_by_the_capacitys_throughput_and_windowed_by_i
         f"c={p['load']}" for p in search["probes"]
     }
     assert {r["request_rate"] for r in table if r["max_concurrency"] is None} == {p["load"] for p in rate["probes"]}
+    # Per probe and pass, the counted rows that met the SLO are the pass's own count of them.
+    met_rows, met_passes = Counter(), Counter()
+    for row in table:
+        met_rows[row["measurement"], row["pass"]] += row["counted"] and row["met_slo"]
+    for probe in [*search["probes"], *rate["probes"]]:
+        closed = probe in search["probes"]
+        name = level_case(None if closed else probe["load"], probe["load"] if closed else None, 1.0)
+        for number, one in enumerate(probe["pass_records"], start=1):
+            met_passes[name, number] += one["met_slo"]
+    assert met_rows == met_passes and 0 < met_rows.total() < sum(r["counted"] for r in table)
     # Every probe of both searches, open loop too, holds what a probe must.
     check_probes([*search["probes"], *rate["probes"]], settings, settings["attainment"])
 

@@ -424,6 +424,7 @@ def test_the_gate_states_the_smallest_slowdown_it_catches_and_catches_it_as_ofte
     import math
     import random
 
+    from infbench.core.artifacts import validate
     from infbench.runs.comparison import GATE_POWER, Figure, catchable_slowdown, gate_reach, p_slower
 
     base = run("a", {"m": {"load": levels_artifact({c: BASE_PASSES for c in (1, 2)})}})
@@ -450,16 +451,18 @@ def test_the_gate_states_the_smallest_slowdown_it_catches_and_catches_it_as_ofte
     template = REPO / "report" / "run_comparison.html.j2"
     page = render(build_comparison_context({**record, "gate": passed}), template)
     assert f"What it could have caught: {markupsafe.escape(one['line'])}. A passed gate is no proof" in page
+    beyond = {**passed, "reach": {**one, "figures": {k: {**f, "slowdown": None} for k, f in one["figures"].items()}}}
+    validate({**record, "gate": beyond}, "run_comparison")  # "beyond x100" is null in the JSON
     failed = {**passed, "regressions": ["regressed: planted"]}
     assert "A passed gate is no proof" not in render(build_comparison_context({**record, "gate": failed}), template)
     # Two passes a side and 30 gated figures: the reach lies past x100 and says so, not an overflow.
-    assert catchable_slowdown(1.5, 1, 30, 0.1) is None and catchable_slowdown(0.5, 1, 30, 0.1) is None
-    assert catchable_slowdown(0.01, 1, 1, 0.1) == pytest.approx(1.1 * math.exp(0.01 * 16.334009) - 1, abs=1e-6)
+    assert catchable_slowdown(1.5, 1, 0.025 / 30, 0.1) is None and catchable_slowdown(0.5, 1, 0.025 / 30, 0.1) is None
+    assert catchable_slowdown(0.01, 1, 0.025, 0.1) == pytest.approx(1.1 * math.exp(0.01 * 16.334009) - 1, abs=1e-6)
 
     rng = random.Random(7)
     passes, sigma, tested, threshold = 3, 0.04, 2, 0.05
     se = sigma * math.sqrt(2 / passes)  # the true se of ln(ratio)
-    slowdown = catchable_slowdown(se, passes - 1, tested, threshold)
+    slowdown = catchable_slowdown(se, passes - 1, GATE_ALPHA / tested, threshold)
     for planted, low, high in ((slowdown, GATE_POWER - 0.03, 0.97), (threshold, 0.0, GATE_ALPHA / tested)):
         caught = 0
         for _ in range(1500):

@@ -475,13 +475,23 @@ def holm(p_values: list[float], alpha: float = GATE_ALPHA) -> list[bool]:
     return rejected
 
 
+def gated(key: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+
+def tested_figures(comparison: dict, patterns: list[str]) -> list[dict]:
+    """The gated figures of one comparison that the gate tests: with an interval, none of the
+    candidate's passes dropped. Holm's correction runs over these."""
+    return [
+        f for f in comparison["figures"]
+        if gated(f["key"], patterns) and f["p_slower"] is not None and not f["candidate"].get("dropped", 0)
+    ]  # fmt: skip
+
+
 def gate(record: dict, patterns: list[str]) -> list[str]:
     """One line per gated figure that fails (GATE_METHOD), empty when none does. A pattern
     (fnmatch, on the figure's key) that matches no figure of the baseline is an error: a gate
     that cannot fail is no gate."""
-
-    def gated(key: str) -> bool:
-        return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
 
     baseline_keys = {f["key"] for c in record["comparisons"] for f in [*c["figures"], *c.get("capacities", [])]}
     baseline_keys |= {key for c in record["comparisons"] for key in c["only_in_baseline"]}
@@ -497,11 +507,11 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
     for comparison in record["comparisons"]:
         pair = f"{comparison['candidate']} / {comparison['baseline']}"
         for key in comparison["only_in_baseline"]:
-            if gated(key):
+            if gated(key, patterns):
                 lines.append(
                     f"missing: {key} is in the baseline but not in {comparison['candidate']} (no finite value)"
                 )
-        figures = [figure for figure in comparison["figures"] if gated(figure["key"])]
+        figures = [figure for figure in comparison["figures"] if gated(figure["key"], patterns)]
         for figure in figures:
             dropped = figure["candidate"].get("dropped", 0)
             if dropped:
@@ -514,7 +524,7 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                 why = "a mean is not above zero" if min(means) <= 0 else "a run has one sample"
                 lines.append(f"no interval: {figure['key']} ({pair}): {why}, so it cannot be judged")
         for capacity in comparison.get("capacities", []):
-            if gated(capacity["key"]) and capacity["verdict"] in (LOWER, NO_INTERVAL):
+            if gated(capacity["key"], patterns) and capacity["verdict"] in (LOWER, NO_INTERVAL):
                 runs = capacity.get("runs")
                 if runs:
                     ratio = runs["ratio"]
@@ -534,7 +544,7 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                     f"{capacity['candidate']['ci95']} against {capacity['baseline']['value']} "
                     f"{capacity['baseline']['ci95']} {capacity['unit']} ({why.split(': ')[1]})"
                 )
-        tested = [f for f in figures if f["p_slower"] is not None and not f["candidate"].get("dropped", 0)]
+        tested = tested_figures(comparison, patterns)
         for figure, regressed in zip(tested, holm([figure["p_slower"] for figure in tested])):
             if regressed:
                 lines.append(
@@ -550,12 +560,12 @@ GATE_POWER = 0.8  # the conventional power: a slowdown the gate catches in 4 com
 REACH_CAP = 100.0  # a reach past a factor of 100 is stated as "beyond x100" (null in the JSON), not computed
 
 
-def catchable_slowdown(se_log: float, df: int, tested: int, threshold: float) -> float | None:
+def catchable_slowdown(se_log: float, df: int, level: float, threshold: float) -> float | None:
     """The smallest slowdown s of one gated figure (a latency x (1 + s), a throughput / (1 + s))
     that the gate fails on in GATE_POWER of comparisons if se_log were the true spread; None
     past a factor of REACH_CAP. The rule and its limits:
     docs/comparing-runs.md#what-the-gate-says-it-could-have-caught."""
-    critical = t_upper(GATE_ALPHA / tested, df)
+    critical = t_upper(level, df)
     log_factor = math.log1p(threshold) + se_log * shift_for_power(GATE_POWER, critical, df)
     return None if log_factor > math.log(REACH_CAP) else math.expm1(log_factor)
 
@@ -565,29 +575,25 @@ def reach_text(slowdown: float | None) -> str:
 
 
 def gate_reach(record: dict, patterns: list[str]) -> dict:
-    """What the gate could have caught: per comparison and tested figure (gated, with an interval)
-    its catchable_slowdown with the level and degrees of freedom it was taken at, and one line
-    giving their range, for the page and the exit line."""
-
-    def gated(key: str) -> bool:
-        return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
-
+    """What the gate could have caught: per comparison and tested figure its catchable_slowdown at
+    Holm's strictest level, GATE_ALPHA over the figures tested, with the level and degrees of
+    freedom it was taken at, and one line giving their range, for the page and the exit line."""
     figures = {}
     for comparison in record["comparisons"]:
-        tested = [
-            f for f in comparison["figures"]
-            if gated(f["key"]) and f["p_slower"] is not None and not f["candidate"].get("dropped", 0)
-        ]  # fmt: skip
+        tested = tested_figures(comparison, patterns)
+        level = GATE_ALPHA / len(tested) if tested else None
         pair = f" ({comparison['candidate']} / {comparison['baseline']})" if len(record["comparisons"]) > 1 else ""
         for figure in tested:
             df = min(figure["baseline"]["n"], figure["candidate"]["n"]) - 1  # Welch's fewest
             figures[figure["key"] + pair] = {
-                "slowdown": catchable_slowdown(figure["se_log"], df, len(tested), record["threshold"]),
-                "level": GATE_ALPHA / len(tested),
+                "slowdown": catchable_slowdown(figure["se_log"], df, level, record["threshold"]),
+                "level": level,
                 "tested": len(tested),
                 "df": df,
             }
-    capacities = any(gated(c["key"]) for comparison in record["comparisons"] for c in comparison.get("capacities", []))
+    capacities = any(
+        gated(c["key"], patterns) for comparison in record["comparisons"] for c in comparison.get("capacities", [])
+    )
     if not figures:
         line = "the gate tested no serving or offline figure with an interval, so it states no slowdown it could catch"
     else:

@@ -63,7 +63,8 @@ def gate_fails(baseline: RunResults, candidate: RunResults, patterns: list[str],
 def stated_reach(runs: list[RunResults], pairs, patterns: list[str], threshold: float) -> dict | None:
     """What the gate states it catches, pair by pair (comparison.gate_reach): the smallest of a
     pair's gated figures' catchable slowdowns (a slowdown of every figure is caught first by the
-    most sensitive one), as its median and range over the pairs; None where no pair states one."""
+    most sensitive one), as its median and range over the pairs, None for "beyond x100"
+    (comparison.REACH_CAP); None where no pair states one."""
     stated = []
     for i, j in pairs:
         reach = gate_reach(pair_record(runs[i], runs[j], threshold), patterns)["figures"]
@@ -71,7 +72,12 @@ def stated_reach(runs: list[RunResults], pairs, patterns: list[str], threshold: 
             stated.append(min(math.inf if f["slowdown"] is None else f["slowdown"] for f in reach.values()))
     if not stated:
         return None
-    return {"median": statistics.median(stated), "low": min(stated), "high": max(stated), "pairs": len(stated)}
+
+    def finite(value: float) -> float | None:
+        return None if math.isinf(value) else value
+
+    summary = {"median": statistics.median(stated), "low": min(stated), "high": max(stated)}
+    return {**{key: finite(value) for key, value in summary.items()}, "pairs": len(stated)}
 
 
 def rate(hits: int, pairs: int) -> dict:

@@ -31,8 +31,10 @@ def met_slo(record: dict, slo_ms: dict) -> bool | None:
     """Whether the request met every SLO (core/metrics.py meets_slo); None where none is set."""
     if not slo_ms:
         return None
+    if not record["success"]:  # no latencies to judge
+        return False
     fields = ("request_id", "prompt_tokens", "output_tokens", "ttft", "e2el")
-    return record["success"] and meets_slo(RequestResult(*(record[f] for f in fields)), slo_ms)
+    return meets_slo(RequestResult(*(record[f] for f in fields)), slo_ms)
 
 
 def table_rows(records: list[tuple[dict, bool]], where: dict, slo_ms: dict) -> list[dict]:

@@ -141,16 +141,20 @@ class _Pass:
     def sending(self) -> bool:
         return not self.done.is_set()
 
-    def on_send(self, request: LoadRequest, scheduled_s: float | None = None) -> int:
-        """A request is being sent now: its index in the pass, counted if the window is open."""
+    def on_send(self, request: LoadRequest, scheduled_s: float | None = None) -> int | None:
+        """A request is about to be sent: its index in the pass, counted if the window is open;
+        None where the window closing now ended the pass, so that it is not sent."""
+        counted = self.open_now()
+        if not counted and self.closed is not None:
+            self.check_done()  # it closed now: the pass may be over
+            if self.done.is_set():
+                return None
         index = self.sent
         self.sent += 1
         self.in_flight[index] = (request, time.perf_counter(), scheduled_s)
-        if self.open_now():
+        if counted:
             self.counted.add(index)
             self.in_flight_counted += 1
-        elif self.closed is not None:
-            self.check_done()  # it closed now: the pass may be over
         return index
 
     def on_finish(self, index: int, streamed: StreamedResult) -> None:
@@ -207,6 +211,8 @@ async def closed_loop(client, model: str, supply: Iterator[LoadRequest], concurr
                 state.stop_sending()
                 return
             index = state.on_send(request)
+            if index is None:
+                return
             state.on_finish(index, await stream_request(client, model, request, api))
 
     tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
@@ -234,6 +240,8 @@ async def open_loop(
                 state.stop_sending()
                 return
             index = state.on_send(request, offset)
+            if index is None:
+                return
             state.send_lag[index] = ready - (state.started + offset)  # the client late to its schedule
             streamed = await stream_request(client, model, request, api)
         streamed.ready_at, streamed.scheduled_s = ready, offset
@@ -340,13 +348,13 @@ def streamed_record(streamed: StreamedResult, started: float) -> dict:
 
 
 def cancelled_record(request: LoadRequest, sent_at: float, scheduled_s: float | None, started: float) -> dict:
-    """A request still in flight when its pass ended, cancelled by the client: sent after the
-    window closed (a counted request is always waited for), so never counted; recorded as a
-    failure with no tokens, so that a pass's requests are all accounted for."""
+    """A request still in flight when its pass ended, cancelled by the client: sent outside the
+    window (in the ramp or the hold: a counted request is always waited for), so never counted;
+    recorded as a failure with no tokens, so that a pass's requests are all accounted for."""
     return {
         "request_id": request.id, "prompt_tokens": request.prompt_tokens, "output_tokens": 0,
         "ttft": None, "e2el": None, "itl": [], "success": False, "tpot": None, "max_tokens": request.max_tokens,
-        "error": "cancelled: still in flight when the pass ended (sent after its window closed, never counted)",
+        "error": "cancelled: still in flight when the pass ended (sent outside its window, never counted)",
         "sent_s": sent_at - started, **({"scheduled_s": scheduled_s} if scheduled_s is not None else {}),
     }  # fmt: skip
 
