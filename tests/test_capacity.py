@@ -117,7 +117,10 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     # on the schedule (TTFT 10 ms, TPOT 10c ms), the uncounted ones beside them.
     rows = record["requests"]
     for load, probe in probes.items():
-        mine = [r for r in rows if r["measurement"] == f"c={load}"]
+        every = [r for r in rows if r["measurement"] == f"c={load}"]
+        assert len(every) == probe["pass_records"][0]["sent"]  # cut off at the pass's end too
+        assert not any(r["counted"] or r["success"] for r in every if r["failure_cause"] == "cancelled")
+        mine = [r for r in every if r["failure_cause"] != "cancelled"]
         assert sum(r["counted"] for r in mine) == probe["requests"] and len(mine) > probe["requests"]
         assert all(r["pass"] == 1 and r["run"] == 1 and r["scheduled_s"] is None and r["success"] for r in mine)
         assert all(0.009 < r["first_token_s"] - r["sent_s"] < 0.5 for r in mine)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import slurm
@@ -134,6 +135,13 @@ def test_the_sbatch_line_asks_for_a_gpu_on_cuda_engine_rules_only(tmp_path):
         "--configfile", str(tmp_path / "config/config.yaml"), str(REPO / "config/gpu.yaml"),
         "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "1", "--keep-going",
     ]  # fmt: skip
+    # Snakemake's side, the whole default run planned: every measuring rule asks for a GPU.
+    everything = dry_run_jobs(snakemake(tmp_path, *options, "--dry-run", "--forceall").stdout)
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    due = set(everything) & {rule for rule, res in profile["set-resources"].items() if "slurm_extra" in res}
+    assert {"hf_baseline", "vllm_offline", "serve", "capacity", "paging_live", "machine"} <= due, due
+    assert all("gpu=1" in everything[rule] for rule in due) and "gpu=1" not in everything["workload"]
+    # The plugin's side: the sbatch lines of the engine rules due once their inputs are there.
     planned = dry_run_jobs(snakemake(tmp_path, *options, "--dry-run", "--forceall", *engine_targets).stdout)
     now = time.time()
     for rule in ("download_model", "model", "workload"):
@@ -179,6 +187,7 @@ def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster,
     jobs Snakemake submitted, with the profile's resources, and the measuring jobs on a whole
     node (their --exclusive replaces the laptop's one-benchmark-at-a-time slot: asked for one
     CPU here, each is allocated all of the node's; without --exclusive, one)."""
+    earlier = set(cluster.finished_jobs())  # another test's jobs on the same cluster
     copy = tmp_path / "tiny-copy"
     shutil.copytree(tiny_model, copy)
     config = tiny_config(
@@ -235,8 +244,8 @@ def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster,
     assert "interrupted; partial outputs were removed" in (workdir / slurm_log).read_text()
     assert not wait_gone(pgid, 30), "the cancelled job's vLLM server survived"
     assert port_is_free(int(port))
-    assert not (workdir / f"results/{cancelled}/load.json").exists()
-    assert not (workdir / f"results/{cancelled}/server.json").exists()
+    left = [path.name for pattern in ("load*", "server*") for path in (workdir / f"results/{cancelled}").glob(pattern)]
+    assert left == [], left  # no artifact, request table or server record of the cancelled job
     other = next(model for model in logs if model != cancelled)
     assert (workdir / f"results/{other}/load.json").exists()  # the other model went on
 
@@ -249,7 +258,7 @@ def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster,
     assert all(re.search(rf"<th[^>]*>\s*{model}\s*</th>", report) for model in ("tiny", "tiny-copy"))
 
     jobs = {**submitted(output), **rerun}
-    record = cluster.finished_jobs()
+    record = {j: fields for j, fields in cluster.finished_jobs().items() if j not in earlier}
     assert set(record) == set(jobs), "SLURM's record and Snakemake's submissions differ"
     counts = Counter(rule for rule, _ in jobs.values())
     assert counts == {"model": 2, "workload": 2, "machine": 1, "serve": 3, "kv_validation": 2}, counts
@@ -265,13 +274,12 @@ def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster,
             assert (mem, record[j]["TimeLimit"], record[j]["ProcCnt"]) == ("8000M", "60", "1"), record[j]
 
 
-def test_a_model_cached_from_an_allocation_is_linked_not_converted_by_the_next_cluster_run(
-    cluster, tiny_model, tmp_path
-):
-    """The shared cache on a cluster as docs/clusters-and-caches.md gives it: the model brought in
-    by a local run inside an allocation (`srun ... snakemake --cache ... resources/models/NAME`).
-    The first working directory stores it, the second links it from the cache without
-    converting; the second's run through sbatch then submits the workload job alone."""
+def test_a_model_cached_from_an_allocation_is_linked_not_rebuilt_by_the_next_cluster_run(cluster, tiny_model, tmp_path):
+    """The shared cache on a cluster as docs/clusters-and-caches.md gives it: the model folder
+    brought in by a local run inside an allocation (`srun ... snakemake resources/models/NAME
+    --cores N --cache`). The first working directory stores it, the second links it from the
+    cache without running the model step; the second's run through sbatch then submits the
+    workload job alone."""
     cache = tmp_path / "shared-cache"
     cache.mkdir()
     env = {**os.environ, "SNAKEMAKE_OUTPUT_CACHE": str(cache)}
@@ -282,15 +290,20 @@ def test_a_model_cached_from_an_allocation_is_linked_not_converted_by_the_next_c
         workdir = tmp_path / name
         write_config(workdir, config)
         local = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
-        in_allocation = ["srun", "--mem=4000", "-c", "1", "-p", slurm.PARTITION, *local, "--cache", "--cores", "1"]
-        in_allocation.append(f"resources/models/{model}")
+        # The target before --cache, which would take it for a rule name.
+        in_allocation = ["srun", "--mem=4000", "-c", "1", "-p", slurm.PARTITION, *local]
+        in_allocation += [f"resources/models/{model}", "--cores", "1", "--cache"]
         outputs[name] = subprocess.run(in_allocation, env=env, capture_output=True, text=True, timeout=600)
         assert outputs[name].returncode == 0, outputs[name].stderr[-3000:]
     assert "to cache" in outputs["alice"].stderr and "from cache" in outputs["bob"].stderr
-    assert "Converting" not in text_of(tmp_path / "bob/logs/model" / f"{model}.log")
-    assert read_json(tmp_path / "bob/resources/models" / model / "model.json") == read_json(
-        tmp_path / "alice/resources/models" / model / "model.json"
-    )
+    # The model step ran in the first directory (its own line in its log) and not in the second.
+    assert f"{model}: " in text_of(tmp_path / "alice/logs/model" / f"{model}.log")
+    assert text_of(tmp_path / "bob/logs/model" / f"{model}.log") == ""
+    (entry,) = cache.iterdir()  # one entry: the model folder, its files linked from it
+    linked = [
+        path for path in (tmp_path / "bob/resources/models" / model).iterdir() if path.name != ".snakemake_timestamp"
+    ]
+    assert linked and all(Path(os.readlink(path)).parent == entry for path in linked), linked
     result = subprocess.run(
         slurm_command(tmp_path / "bob", user_profile(tmp_path), f"results/{model}/workload.jsonl", "--cache"),
         env=env, capture_output=True, text=True, timeout=600,
