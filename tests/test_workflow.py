@@ -18,11 +18,6 @@ from infbench.core.artifacts import read_jsonl, validate
 from infbench.core.code_inputs import NEVER_CHANGE_A_NUMBER, number_code
 
 
-def test_lint_is_clean(tmp_path):
-    result = snakemake(REPO, "--lint")
-    assert "Congratulations, your workflow is in a good condition" in result.stdout + result.stderr
-
-
 def test_dry_run_lists_every_stage_of_the_default_config(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "config.yaml"), "--cores", "8", "--dry-run")
     for rule in ("model", "workload", "all"):
