@@ -377,21 +377,6 @@ def test_the_binding_limit_is_read_from_scrapes_that_co_occurred(series, limit):
     assert binding_limit({"peak_num_requests_running": None}, kv_full_usage=0.95, max_num_seqs=8)["limit"] == "unknown"
 
 
-def test_a_probe_whose_client_was_the_limit_names_no_server_limit():
-    """The client is the limit where it fell behind or its process used CLIENT_FAIL (80 %) of a
-    core, whatever the server's scrapes say; below that the scrapes decide."""
-    computing = probe_with(scrapes(*[(6, 0, 0.5)] * 5))
-    for share, limit in ((None, "compute"), (0.79, "compute"), (0.8, "client"), (0.97, "client")):
-        binding = binding_limit({**computing, "client_cpu_share": share}, kv_full_usage=0.95, max_num_seqs=8)
-        assert binding["limit"] == limit, (share, binding)
-    assert "used 97 % of a core" in binding["evidence"]
-    behind = binding_limit({**computing, "client_behind": True}, kv_full_usage=0.95, max_num_seqs=8)
-    assert behind["limit"] == "client" and "fell behind" in behind["evidence"]
-    # Without /metrics too: the client's own CPU is measured whatever the endpoint publishes.
-    unknown = {"peak_num_requests_running": None, "client_cpu_share": 0.9}
-    assert binding_limit(unknown, kv_full_usage=0.95, max_num_seqs=8)["limit"] == "client"
-
-
 def test_the_preemption_counter_is_compared_within_a_pass_only():
     # Two passes: the counter restarts from the server's total, never a rise across passes.
     first, second = scrapes(*[(6, 0, 0.5)] * 3), scrapes(*[(6, 0, 0.5)] * 3)

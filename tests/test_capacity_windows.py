@@ -200,11 +200,6 @@ def test_a_rate_the_client_cannot_send_is_never_met(tmp_path):
     one = fast.record["pass_records"]
     window_ms = (one[0]["window_s"][1] - one[0]["window_s"][0]) * 1000
     assert fast.client_behind and len(one) == 1 and one[0]["send_lag_growth_ms"] > 0.1 * window_ms, one[0]
-    # The client's CPU share of a core is measured per pass and kept per probe: light at 20 req/s,
-    # heavier when it cannot keep up.
-    shares = [slow.record["client_cpu_share"], fast.record["client_cpu_share"]]
-    assert shares[0] == max(p["client_cpu_share"] for p in slow.record["pass_records"]) and shares[0] < shares[1]
-    assert shares[0] < 0.5, shares
     # Every counted request met the SLO, yet the probe is neither met nor decided.
     assert fast.record["met_slo"] == fast.record["requests"] > 0
     assert not fast.met and not fast.decided and fast.record["decision"] == "undecided"

@@ -89,7 +89,13 @@ def search_capacity(
         record = result.to_json()
         record["search_s"] = seconds
         record["max_search_s"] = settings["max_search_s"]
-        binding = binding_limit(by_load[where], kv_full_usage=full_usage, max_num_seqs=max_num_seqs)
+        if by_load[where].get("client_behind"):
+            binding = {
+                "limit": "client",
+                "evidence": "the client fell behind its schedule here: the server was never offered this load",
+            }
+        else:
+            binding = binding_limit(by_load[where], kv_full_usage=full_usage, max_num_seqs=max_num_seqs)
         record["binding"] = {"at": where, **binding}
         record["kv_limit"] = (
             kv_limit_agreement(by_load[where]["peak_num_requests_running"], pool_requests, kv, predicted["value"])

@@ -141,8 +141,6 @@ class PassRecord:
             "saturated": self.saturated,
             "send_lag_growth_ms": growth * MS if growth is not None else None,
             "client_behind": self.client_behind,
-            # The client process's CPU seconds over the pass's wall time: its share of one core.
-            "client_cpu_share": run.client_cpu_s / run.ended_s if run.ended_s else None,
             "mean_num_requests_running": sum(running) / len(running) if running else None,
             # Peaks in the window, as the binding limit reads it: the ramp's opening burst is not the load.
             **{f"peak_{name}": MetricsSeries(in_window, series.available).peak(f"vllm:{name}") for name in PEAKS},
@@ -200,7 +198,6 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         else None,
         "saturated": saturated,
         "client_behind": client_behind,
-        "client_cpu_share": peak("client_cpu_share"),
         # Undecided, and not met even had every counted request met the SLO: no evidence of met.
         "too_few_to_meet": decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met",
         "stopped_early": len(passes) < repeats,

@@ -12,8 +12,6 @@ import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
-from infbench.core.checks import CLIENT_FAIL
-
 Z_95 = 1.959964
 
 
@@ -283,20 +281,10 @@ def scrape_states(series: list[dict], *, kv_full_usage: float, max_num_seqs: int
 
 
 def binding_limit(record: dict, *, kv_full_usage: float, max_num_seqs: int | None) -> dict:
-    """What limited a probe (docs/method.md#binding-limit): the client where it fell behind its
-    schedule or used CLIENT_FAIL of a core; else every busy scrape of its passes classified by
-    `scrape_state`, the waiting state seen in the most scrapes where waiting states make at
+    """What limited the server at a probe: every busy scrape of its passes classified by
+    `scrape_state`; the waiting state seen in the most scrapes, where waiting states make at
     least BOUND_SHARE of them (a burst's first scrape alone does not name a limit), else
     compute; unknown where the server publishes no /metrics."""
-    if record.get("client_behind"):
-        return {
-            "limit": "client",
-            "evidence": "the client fell behind its schedule: the server was never offered this load",
-        }
-    share = record.get("client_cpu_share")
-    if share is not None and share >= CLIENT_FAIL:
-        used = f"the client process used {share * 100:.0f} % of a core"
-        return {"limit": "client", "evidence": f"{used} (from {CLIENT_FAIL * 100:.0f} % the client is the limit)"}
     if record.get("peak_num_requests_running") is None:
         return {"limit": "unknown", "evidence": "the server publishes no /metrics"}
     states = [

@@ -23,7 +23,7 @@ LIMITS = {
     "max_num_seqs": "the engine's max_num_seqs",
     "scheduler": "the scheduler's token budget (requests waited with KV memory free)",
     "compute": "compute (latency rose with KV memory free, nothing waited)",
-    "client": "the client (it fell behind its schedule or used most of a core: the server was not the limit)",
+    "client": "the client (it fell behind its schedule: the server was never offered the load)",
     "unknown": "unknown (the endpoint publishes no /metrics)",
 }
 
