@@ -103,12 +103,13 @@ def simulate(passes: list[int], spread: float, tested: int, threshold: float, dr
         base = [math.exp(rng.gauss(0, spread)) for _ in range(n)]
         return base, [math.exp(rng.gauss(0, spread)) / (1 + slowdown) for _ in range(n)]
 
+    level = GATE_ALPHA / tested  # Holm's first step
+
     def caught(slowdown: float) -> bool:
         figures = [Figure("k", "m", "serve", "c", "x", "u", "higher", tuple(s), "s") for s in sample(slowdown)]
-        return p_slower(*figures, threshold=threshold) <= GATE_ALPHA / tested
+        return p_slower(*figures, threshold=threshold) <= level
 
     for n in passes:
-        level = GATE_ALPHA / tested
         true_reach = catchable_slowdown(spread * math.sqrt(2 / n), n - 1, level, threshold)
         line = f"{n} passes a side, spread {spread * 100:.0f} %, {tested} gated: from the true spread stated "
         if true_reach is None:

@@ -28,7 +28,7 @@ def planted_run(scheduled, ready_late, queued, e2el=0.2):
     for index, (when, late, queue) in enumerate(zip(scheduled, ready_late, queued)):
         ready = 100.0 + when + late
         result = RequestResult(f"r#{index}", 10, 4, 0.05, e2el, [0.05] * 3)
-        results.append(StreamedResult(result, "abcd", sent_at=ready + queue, ready_at=ready))
+        results.append(StreamedResult(result, "abcd", sent_at=ready + queue, ready_at=ready, scheduled_s=when))
     return LevelRun(results, 2.0, MetricsSeries(available=False), 0.01, list(scheduled), 100.0)
 
 
@@ -66,6 +66,8 @@ def test_send_lag_and_client_queue_are_measured_apart():
 def test_a_closed_loop_has_no_schedule_to_lag_or_queue_behind():
     closed = planted_run([0.0] * 2, [0.0] * 2, [0.0] * 2)
     closed.scheduled = []
+    for streamed in closed.results:  # a closed loop's requests carry no schedule
+        streamed.ready_at = streamed.scheduled_s = None
     assert open_loop_timing(closed) is None and queue_figures(request_records(closed)) == {} and queue_figures([]) == {}
     assert "client_queue_s" not in request_records(closed)[0]
 

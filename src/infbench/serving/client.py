@@ -43,7 +43,7 @@ class StreamedResult:
     # Open loop: perf_counter when its scheduled time came and the client got to it (the sleep
     # ended); sent_at - ready_at is its wait for a free slot (vLLM's client_queue_time).
     ready_at: float | None = None
-    scheduled_s: float | None = None  # open loop, windowed pass: its send offset in the schedule
+    scheduled_s: float | None = None  # open loop: its send offset in the schedule, from the pass's start
     max_tokens: int | None = None  # the output tokens it asked for
 
 
@@ -301,7 +301,8 @@ async def send_share(client: openai.AsyncOpenAI, model: str, share: Share, start
         ready = time.perf_counter()
         async with gate:
             streamed = await stream_request(client, model, request, api)
-        streamed.ready_at = ready if share.scheduled else None
+        if share.scheduled:
+            streamed.ready_at, streamed.scheduled_s = ready, when
         return streamed
 
     offsets = share.scheduled or [0.0] * len(share.requests)

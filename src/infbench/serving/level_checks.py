@@ -10,7 +10,7 @@ from infbench.core.checks import check, not_available
 from infbench.core.metrics import MS, failures_text
 from infbench.serving.client import LevelRun
 from infbench.serving.client_cost import ClientCost
-from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation
+from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation, streamed_record
 
 # Shares of one core the client may need before its own delays are in a level's numbers: from
 # CLIENT_WARN the level warns, from CLIENT_FAIL it describes the client more than the server.
@@ -74,20 +74,13 @@ def saturation_check(run: LevelRun, rates: dict) -> dict:
 
 
 def open_loop_timing(run: LevelRun) -> dict | None:
-    """Where an open-loop request's time before it reached the server went, per request (None
-    for a closed loop, which sends each request when a slot frees):
-
-    send lag      = ready - scheduled   (the client late to its own schedule: a busy event loop)
-    client queue  = sent - ready        (waiting for a free slot under max_concurrency; vLLM's
-                                         client_queue_time)
-    """
+    """Where an open-loop request's time before it reached the server went, per request, as
+    window.streamed_record computes it (None for a closed loop, which sends each request when a
+    slot frees)."""
     if not run.scheduled:
         return None
-    return {
-        "scheduled_s": list(run.scheduled),
-        "send_lag_s": [s.ready_at - (run.started + when) for s, when in zip(run.results, run.scheduled)],
-        "client_queue_s": [s.sent_at - s.ready_at for s in run.results],
-    }
+    records = [streamed_record(s, run.started) for s in run.results]
+    return {key: [record[key] for record in records] for key in ("scheduled_s", "send_lag_s", "client_queue_s")}
 
 
 def client_rates(run: LevelRun) -> dict:

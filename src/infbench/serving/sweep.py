@@ -32,7 +32,6 @@ from infbench.serving.client_cost import ClientCost
 from infbench.serving.level_checks import (
     client_rates,
     open_loop_rates,
-    open_loop_timing,
     processes_needed,
     validity_checks,
 )
@@ -262,14 +261,8 @@ def queue_figures(records: list[dict]) -> dict:
 
 
 def request_records(run: LevelRun) -> list[dict]:
-    """Each request as the client saw it: vLLM's fields, when it was sent from the pass's start,
-    and (open loop) when it was scheduled, its send lag and its client queue time."""
-    records = [streamed_record(s, run.started) for s in run.results]
-    timing = open_loop_timing(run)
-    if timing is not None:
-        for record, *fields in zip(records, timing["scheduled_s"], timing["send_lag_s"], timing["client_queue_s"]):
-            record.update(zip(("scheduled_s", "send_lag_s", "client_queue_s"), fields))
-    return records
+    """Each request as the client saw it (window.streamed_record)."""
+    return [streamed_record(s, run.started) for s in run.results]
 
 
 def uncounted_records(run: LevelRun) -> list[dict]:

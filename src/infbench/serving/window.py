@@ -335,8 +335,13 @@ async def run_window(
 
 def streamed_record(streamed: StreamedResult, started: float) -> dict:
     """One request as the client saw it: vLLM's fields, its max_tokens, when it was sent from its
-    pass's start (`started`, perf_counter), and (open loop) when it was scheduled, its send lag
-    and its client queue time."""
+    pass's start (`started`, perf_counter), and, open loop, when it was scheduled and where its
+    time before it reached the server went:
+
+    send lag      = ready - scheduled   (the client late to its own schedule: a busy event loop)
+    client queue  = sent - ready        (waiting for a free slot under max_concurrency; vLLM's
+                                         client_queue_time)
+    """
     record = {**streamed.result.to_json(), "max_tokens": streamed.max_tokens, "sent_s": streamed.sent_at - started}
     if streamed.scheduled_s is not None:
         record.update(
@@ -351,12 +356,10 @@ def cancelled_record(request: LoadRequest, sent_at: float, scheduled_s: float | 
     """A request still in flight when its pass ended, cancelled by the client: sent outside the
     window (in the ramp or the hold: a counted request is always waited for), so never counted;
     recorded as a failure with no tokens, so that a pass's requests are all accounted for."""
-    return {
-        "request_id": request.id, "prompt_tokens": request.prompt_tokens, "output_tokens": 0,
-        "ttft": None, "e2el": None, "itl": [], "success": False, "tpot": None, "max_tokens": request.max_tokens,
-        "error": "cancelled: still in flight when the pass ended (sent outside its window, never counted)",
-        "sent_s": sent_at - started, **({"scheduled_s": scheduled_s} if scheduled_s is not None else {}),
-    }  # fmt: skip
+    error = "cancelled: still in flight when the pass ended (sent outside its window, never counted)"
+    result = RequestResult(request.id, request.prompt_tokens, 0, 0.0, 0.0, [], success=False, error=error)
+    record = {**result.to_json(), "max_tokens": request.max_tokens, "sent_s": sent_at - started}
+    return record if scheduled_s is None else {**record, "scheduled_s": scheduled_s}
 
 
 def window_output(run: WindowRun) -> tuple[int, int, float]:
