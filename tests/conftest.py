@@ -223,22 +223,23 @@ def binomial_cdf_exact(k: int, n: int, q: float) -> float:
     return min(1.0, sum(terms))
 
 
-def reference_decision(met_slo: int, counted: int, target: float, rule, saturated=False, behind=False) -> str:
+def reference_decision(met_slo: int, counted: int, target: float, rule, saturated=False, limited=False) -> str:
     """docs/method.md#capacity-decisions and #early-stopping written out apart from
     capacity/probe.py's verdict: Wilson's 95 % interval against the target, or LoadGen's
     odds (met where P[Binomial(n, 1 - p) <= misses] < 1 - c) and the mirror test (missed where
-    P[Binomial(n, p) <= met] < 1 - c); missed where saturated, never met where the client fell behind."""
-    if counted == 0:
-        return "missed" if saturated else "undecided"
+    P[Binomial(n, p) <= met] < 1 - c); missed where saturated, else undecided where the client
+    was the limit."""
+    if saturated:
+        return "missed"
+    if counted == 0 or limited:
+        return "undecided"
     if rule.name == "early_stopping":
         met = binomial_cdf_exact(counted - met_slo, counted, 1 - target) < 1 - rule.confidence
         missed = binomial_cdf_exact(met_slo, counted, target) < 1 - rule.confidence
     else:
         low, high = wilson_95(met_slo, counted)
         met, missed = low >= target, high < target
-    if saturated or missed:
-        return "missed"
-    return "met" if met and not behind else "undecided"
+    return "missed" if missed else "met" if met else "undecided"
 
 
 def check_probes(probes: list[dict], settings: dict, target: float) -> None:
@@ -291,11 +292,16 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
                 opened, closed = one["window_s"]
                 assert one["client_behind"] == (growth is not None and growth > 0.1 * (closed - opened) * 1000)
         # The decision is the interval's against the target; an undecided probe steers by its
-        # share, unless its client fell behind (a load not offered steers as missed), which
-        # counts only where the probe did not miss at the load it got.
-        behind = probe["client_behind"]
-        expected = reference_decision(probe["met_slo"], probe["requests"], target, rule, probe["saturated"], behind)
-        assert behind == (any(p["client_behind"] for p in passes) and expected != "missed")
+        # share, unless its client was the limit: it fell behind and the probe did not miss at
+        # the load it got, or it used 80 % of a core and the server did not saturate.
+        met_slo, saturated = probe["met_slo"], probe["saturated"]
+        missed = reference_decision(met_slo, probe["requests"], target, rule, saturated) == "missed"
+        shares = [p["client_cpu_share"] for p in passes if p["client_cpu_share"] is not None]
+        assert probe["client_cpu_share"] == (max(shares) if shares else None)
+        limited = probe["client_limited"]
+        behind = any(p["client_behind"] for p in passes) and not missed
+        assert limited == (behind or (any(share >= 0.8 for share in shares) and not saturated))
+        expected = reference_decision(met_slo, probe["requests"], target, rule, saturated, limited)
         assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
         # Too few counted requests to be met even all within the SLO: no evidence of met either.
         few = (
@@ -303,12 +309,12 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         )
         assert probe["too_few_to_meet"] == few
         assert probe["met"] == (
-            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not behind and not few)
+            expected == "met" or (expected == "undecided" and probe["attainment"] >= target and not limited and not few)
         )
         # More windows only while undecided (and the client kept up).
         assert probe["stopped_early"] == (probe["passes"] < settings["repeats"])
         if probe["stopped_early"]:
-            assert probe["decided"] or probe["supply_exhausted"] or behind or probe["out_of_time"]
+            assert probe["decided"] or probe["supply_exhausted"] or limited or probe["out_of_time"]
         # Out of time: a window closed at the deadline, or the windows stopped short of repeats.
         assert not probe["out_of_time"] or passes[-1].get("closed_at_deadline") or probe["stopped_early"]
 

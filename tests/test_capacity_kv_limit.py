@@ -35,7 +35,10 @@ def search(kv_limit, limit="kv_memory") -> dict:
         "first_failing": 24,
         "outcome": "bracketed",
         "attainment_rises": [],
-        "probes": [{"load": 16, "attainment_ci95": [0.9, 1.0]}, {"load": 24, "attainment_ci95": [0.1, 0.3]}],
+        "probes": [
+            {"load": load, "attainment_ci95": ci, "client_limited": False}
+            for load, ci in ((16, [0.9, 1.0]), (24, [0.1, 0.3]))
+        ],
         "binding": {"at": 24, "limit": limit, "evidence": "..."},
         "kv_limit": kv_limit,
         "estimate": {"value": 17, "ci95": [16, 20]},

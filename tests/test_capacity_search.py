@@ -184,9 +184,50 @@ def test_wilson_interval_and_the_probes_verdict():
     assert verdict(35, 35, 0.9) == "met"  # [0.901, 1]
     assert verdict(29, 32, 0.9) == "undecided"  # the issue's passing 29/32: [0.76, 0.97]
     assert verdict(35, 35, 0.9, saturated=True) == "missed"  # a server that fell behind misses
-    # A client that fell behind its schedule never makes a probe met; a miss stays a miss.
-    assert verdict(35, 35, 0.9, client_behind=True) == "undecided"
-    assert verdict(2, 16, 0.9, client_behind=True) == "missed"
+    # A probe whose client was the limit is neither met nor missed, unless the server saturated.
+    assert verdict(35, 35, 0.9, client_limited=True) == "undecided"
+    assert verdict(2, 16, 0.9, client_limited=True) == "undecided"
+    assert verdict(35, 35, 0.9, saturated=True, client_limited=True) == "missed"
+
+
+def planted_pass(*, met_slo=40, requests=40, cpu_s=0.0, behind=False, saturated=False, seconds=10.0):
+    """A PassRecord of `requests` counted requests, `met_slo` of them within the SLO, whose client
+    used `cpu_s` CPU seconds over its `seconds`, fell behind its schedule and whose server
+    saturated as told."""
+    from infbench.core.metrics import RequestResult
+    from infbench.engines.server_metrics import MetricsSeries
+    from infbench.serving.client import StreamedResult
+    from infbench.serving.window import MeasuredPass, WindowRun
+
+    results = [StreamedResult(RequestResult(f"r{i}", 4, 4, 0.05, 0.2), "", sent_at=1.0) for i in range(requests)]
+    run = WindowRun(results, [True] * requests, 0.0, seconds, seconds, MetricsSeries(), 0.0, False, requests)
+    run.client_cpu_s = cpu_s
+    measured = MeasuredPass(run, True, requests, 0, 0.0, behind=saturated, send_lag_growth_s=seconds if behind else 0.0)
+    return PassRecord(measured, met_slo)
+
+
+def test_a_probes_client_is_the_limit_where_it_fell_behind_or_used_most_of_a_core_and_the_server_kept_up():
+    """docs/method.md#client-limited-probes on planted passes: behind and not missed at the load
+    it got; or 80 % of a core or more (79 % is not) while the server's queue never grew."""
+    from infbench.capacity.probe import is_client_limited, probe_record
+
+    def limited(*passes):
+        met, counted = sum(p.met_slo for p in passes), sum(p.requests for p in passes)
+        return is_client_limited(list(passes), met, counted, 0.9)
+
+    assert not limited(planted_pass())
+    assert limited(planted_pass(behind=True))
+    assert not limited(planted_pass(behind=True, met_slo=2))  # missed at the lower load it got: the server's
+    assert not limited(planted_pass(cpu_s=7.9)) and planted_pass(cpu_s=7.9).client_cpu_share == pytest.approx(0.79)
+    assert limited(planted_pass(cpu_s=8.0))
+    assert limited(planted_pass(cpu_s=8.0, met_slo=2))  # the latencies are partly the client's own
+    assert not limited(planted_pass(cpu_s=8.0, saturated=True))  # the server fell behind whatever the client did
+    assert limited(planted_pass(), planted_pass(cpu_s=9.0))  # any pass
+    record = probe_record([planted_pass(cpu_s=8.5, met_slo=2)], 3, 0.9, out_of_time=False)
+    assert record["client_limited"] and record["decision"] == "undecided"
+    assert record["client_cpu_share"] == pytest.approx(0.85) and record["pass_records"][0]["client_behind"] is False
+    busy = probe_record([planted_pass(cpu_s=8.5, saturated=True)], 3, 0.9, out_of_time=False)
+    assert not busy["client_limited"] and busy["decision"] == "missed"
 
 
 def test_early_stopping_needs_loadgens_published_request_counts():
@@ -234,7 +275,7 @@ def test_early_stopping_decides_a_probe_by_loadgens_n_and_misses_it_by_the_mirro
     assert binomial_cdf_exact(30, 40, 0.9) < 0.01 <= binomial_cdf_exact(31, 40, 0.9)
     assert verdict(30, 40, 0.9, rule=rule) == "missed" and verdict(31, 40, 0.9, rule=rule) == "undecided"
     assert verdict(44, 44, 0.9, saturated=True, rule=rule) == "missed"
-    assert verdict(44, 44, 0.9, client_behind=True, rule=rule) == "undecided"
+    assert verdict(44, 44, 0.9, client_limited=True, rule=rule) == "undecided"
     assert verdict(0, 0, 0.9, rule=rule) == "undecided" and verdict(5, 5, 1.0, rule=rule) == "undecided"
     # Met exactly where LoadGen's odds fall below 1 - c, missed only where met is impossible.
     for n in range(1, 90):
@@ -484,23 +525,32 @@ def test_the_cap_judged_by_is_the_configs_where_it_sets_one():
     assert server_max_num_seqs({"max_num_seqs": 16}) == {"value": 16, "source": "engine.max_num_seqs"}
 
 
-def test_the_report_warns_where_the_rate_searchs_client_fell_behind():
+def test_the_capacity_checks_warn_naming_each_probe_whose_client_was_the_limit_and_why():
     from infbench.capacity.checks import capacity_checks
 
-    def rate_search(*behind):
+    def rate_search(behind=(), busy=()):
         probes = [
-            {"load": load, "client_behind": load in behind, "attainment_ci95": [0.9, 1.0]} for load in (10.0, 40.0)
+            {
+                "load": load,
+                "client_limited": load in behind or load in busy,
+                "client_cpu_share": 0.9 if load in busy else 0.1,
+                "pass_records": [{"client_behind": load in behind}],
+                "attainment_ci95": [0.9, 1.0],
+            }
+            for load in (10.0, 40.0)
         ]
         return {"request_rate": {"probes": probes, "capacity": 10.0, "first_failing": 40.0, "converged": True,
                                  "outcome": "bracketed", "attainment_rises": []}}  # fmt: skip
 
     def kept(artifact):
         checks = capacity_checks(artifact)
-        return next(c for c in checks if c["name"] == "request rate search: the client kept its schedule")
+        return next(c for c in checks if c["name"] == "request rate search: the client was not the limit")
 
     assert kept(rate_search())["status"] == "pass"
-    behind = kept(rate_search(40.0))
-    assert behind["status"] == "warn" and behind["value"] == 1 and "at 40.00 req/s" in behind["detail"]
+    behind = kept(rate_search(behind=(40.0,)))
+    assert behind["status"] == "warn" and behind["value"] == 1 and "40.00 req/s: it fell behind" in behind["detail"]
+    busy = kept(rate_search(busy=(10.0,)))
+    assert busy["status"] == "warn" and "10.00 req/s: its process used 90 % of a core" in busy["detail"]
 
 
 def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out_of_the_fit():
@@ -510,7 +560,7 @@ def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out
     def probe(load):  # the server meets every rate; the client cannot send 8 req/s or more
         behind = load >= 8
         record = {"met_slo": 40, "requests": 40, "saturated": False, "attainment_ci95": [0.91, 1.0]}
-        return Probe(load, met=not behind, record=record, decided=not behind, client_behind=behind)
+        return Probe(load, met=not behind, record=record, decided=not behind, client_limited=behind)
 
     result = search(probe, start=2.0, floor=0.5, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
     assert result.outcome == "client_limited" and not result.converged
@@ -523,7 +573,7 @@ def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out
     low = Probe(4.0, met=False, record={"attainment_ci95": [0.2, 0.4]})
     high = {"load": 8.0, "met": False, "record": {"attainment_ci95": [0.9, 1.0]}, "decided": False}
     assert attainment_rises([low, Probe(**high)]) == [[4.0, 8.0]]
-    assert attainment_rises([low, Probe(**high, client_behind=True)]) == []
+    assert attainment_rises([low, Probe(**high, client_limited=True)]) == []
     # At the floor too: not "even the lowest load missed".
     floor = search(probe, start=8.0, floor=8.0, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
     assert floor.outcome == "client_limited" and floor.capacity is None
@@ -640,7 +690,7 @@ def test_a_decided_met_above_a_decided_missed_is_a_rise_under_early_stopping():
     low = Probe(4, False, {"attainment_ci95": list(wilson_interval(46, 56))})
     high = Probe(8, True, {"attainment_ci95": list(wilson_interval(29, 29))})
     assert attainment_rises([low, high]) == [[4, 8]]
-    assert attainment_rises([low, Probe(8, True, high.record, client_behind=True)]) == []
+    assert attainment_rises([low, Probe(8, True, high.record, client_limited=True)]) == []
 
 
 def test_the_method_gives_each_rules_curtailment_and_too_few_counts():

@@ -196,10 +196,10 @@ def test_a_rate_the_client_cannot_send_is_never_met(tmp_path):
         prober = Prober(server, rows, rows, settings, load_settings, seed=0, timeout_s=5, progress=lambda line: None)
         slow, fast = prober.probe("request_rate", 20.0), prober.probe("request_rate", 20_000.0)
     kept = slow.record["pass_records"][0]
-    assert not slow.client_behind and slow.met and kept["send_lag_growth_ms"] < 0.1 * 1000 * 0.3, kept
+    assert not slow.client_limited and slow.met and kept["send_lag_growth_ms"] < 0.1 * 1000 * 0.3, kept
     one = fast.record["pass_records"]
     window_ms = (one[0]["window_s"][1] - one[0]["window_s"][0]) * 1000
-    assert fast.client_behind and len(one) == 1 and one[0]["send_lag_growth_ms"] > 0.1 * window_ms, one[0]
+    assert fast.client_limited and len(one) == 1 and one[0]["send_lag_growth_ms"] > 0.1 * window_ms, one[0]
     # Every counted request met the SLO, yet the probe is neither met nor decided.
     assert fast.record["met_slo"] == fast.record["requests"] > 0
     assert not fast.met and not fast.decided and fast.record["decision"] == "undecided"

@@ -143,7 +143,7 @@ def test_capacities_are_compared_by_their_intervals_and_the_gate_fails_a_lower_o
     # A run that measured no capacity, its client unable to send the lowest rate, is named as such.
     limited = run("e", {"m": {"load": load, "capacity": capacity_artifact(None, None, "client_limited")}})
     (line,) = gate(comparison_record([base, limited], threshold=0.05, labels=["base", "e"]), ["*/capacity/*"])
-    assert "the candidate's capacity is a lower bound, the client could not send the load above it" in line
+    assert "the candidate's capacity is a lower bound, the client was the limit at the load above it" in line
 
 
 def test_an_off_scale_capacity_compares_as_the_bound_it_is_and_a_run_never_fails_against_itself():

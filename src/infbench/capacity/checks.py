@@ -1,12 +1,13 @@
 """The SLO capacity stage's validity checks, stored in capacity.json: each search converged,
 its attainment fell as load rose, the KV-limited concurrency lies within the bounds a full pool
-sets, the rate search's client kept its schedule, and every run of capacity.runs completed and
+sets, the client was not the limit of any probe, and every run of capacity.runs completed and
 converged."""
 
 from __future__ import annotations
 
+from infbench.capacity.probe import client_evidence
 from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, OUTCOME_FIXES, OUTCOMES, capacity_text, load_text
-from infbench.core.checks import check
+from infbench.core.checks import CLIENT_FAIL, check
 
 
 def converged(mode: str, search: dict) -> dict:
@@ -53,19 +54,18 @@ def kv_limit_within_bounds(search: dict) -> dict:
     return check(name, kv_limit["status"], kv_limit["measured"], kv_limit["detail"])
 
 
-def client_kept_schedule(search: dict) -> dict:
-    behind = [probe["load"] for probe in search["probes"] if probe.get("client_behind")]
+def client_not_the_limit(mode: str, search: dict) -> dict:
+    limited = [probe for probe in search["probes"] if probe["client_limited"]]
     detail = (
-        f"the client's send lag grew by over {LAG_GROWTH_BEHIND:.0%} of a window (it sent at under about 90 % of "
-        "the rate) at "
-        + ", ".join(load_text("request_rate", load) for load in behind)
-        + ": those rates were not offered, so they are not met and not in the fitted capacity (the capacity "
-        "probes run one client process: on a machine whose cores the engine uses, it shares them; elsewhere the "
-        "rate is above one process's ceiling)"
-        if behind
-        else f"no probe's send lag grew by over {LAG_GROWTH_BEHIND:.0%} of its window"
+        "; ".join(f"{load_text(mode, probe['load'])}: {client_evidence(probe)}" for probe in limited)
+        + ": those probes did not measure the server, so they are not met and not in the fitted capacity "
+        "(docs/method.md#client-limited-probes)"
+        if limited
+        else f"no probe's client fell behind by over {LAG_GROWTH_BEHIND:.0%} of a window or used "
+        f"{CLIENT_FAIL * 100:.0f} % of a core"
     )
-    return check("request rate search: the client kept its schedule", "warn" if behind else "pass", len(behind), detail)
+    name = f"{mode.replace('_', ' ')} search: the client was not the limit"
+    return check(name, "warn" if limited else "pass", len(limited), detail)
 
 
 def capacity_checks(record: dict) -> list[dict]:
@@ -75,8 +75,9 @@ def capacity_checks(record: dict) -> list[dict]:
     for mode in ("concurrency", "request_rate"):
         search = record.get(mode)
         if search:
-            checks += [converged(mode, search), attainment_falls(mode, search)]
-            checks.append(kv_limit_within_bounds(search) if mode == "concurrency" else client_kept_schedule(search))
+            checks += [converged(mode, search), attainment_falls(mode, search), client_not_the_limit(mode, search)]
+            if mode == "concurrency":
+                checks.append(kv_limit_within_bounds(search))
     if "runs" in record:
         checks.append(runs_converged(record))
     return checks

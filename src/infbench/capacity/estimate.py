@@ -150,7 +150,7 @@ METHOD = (
     f"from {BOOTSTRAP_ROUNDS} refits with each probe's attainment drawn from its Jeffreys posterior, widened to "
     "the probed loads the fit crosses between; value and interval held at or above the highest load decided met and "
     "below the lowest decided missed (a rate: at most it) unless those conflict; probes too few to be met, or whose "
-    "client fell behind, left out. The interval covers the sampling of this run's requests, taken as independent: "
+    "client was the limit, left out. The interval covers the sampling of this run's requests, taken as independent: "
     "not a rerun's spread (a fresh server, another hour), which docs/method.md#capacity-reruns measures"
 )
 

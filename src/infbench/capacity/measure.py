@@ -11,7 +11,7 @@ import time
 import httpx
 
 from infbench.capacity.estimate import capacity_estimate, rerun_interval
-from infbench.capacity.probe import Prober, Rule, TimeBudget
+from infbench.capacity.probe import Prober, Rule, TimeBudget, client_evidence
 from infbench.capacity.search import Probe, binding_limit, search
 from infbench.core.capacity_terms import BELOW, as_number
 from infbench.core.metrics import MS
@@ -38,9 +38,9 @@ def rate_window(settings: dict, concurrency_record: dict) -> Window:
 def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) -> dict:
     """The capacity estimate (capacity.estimate) over a search's probes, held to those decided.
     A saturated probe's requests met the SLO only on their way into a queue without bound: none
-    counts. A probe whose client fell behind was not offered its load, and one with too few
+    counts. A probe whose client was the limit did not measure the server, and one with too few
     requests to be met measured no attainment: both are left out (docs/method.md#capacity-estimate)."""
-    offered = [p for p in probes if not p.client_behind and not p.record.get("too_few_to_meet")]
+    offered = [p for p in probes if not p.client_limited and not p.record.get("too_few_to_meet")]
     return capacity_estimate(
         [(p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"]) for p in offered],
         target,
@@ -89,11 +89,8 @@ def search_capacity(
         record = result.to_json()
         record["search_s"] = seconds
         record["max_search_s"] = settings["max_search_s"]
-        if by_load[where].get("client_behind"):
-            binding = {
-                "limit": "client",
-                "evidence": "the client fell behind its schedule here: the server was never offered this load",
-            }
+        if by_load[where]["client_limited"]:
+            binding = {"limit": "client", "evidence": client_evidence(by_load[where])}
         else:
             binding = binding_limit(by_load[where], kv_full_usage=full_usage, max_num_seqs=max_num_seqs)
         record["binding"] = {"at": where, **binding}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
 from infbench.core.capacity_terms import LAG_GROWTH_BEHIND
+from infbench.core.checks import CLIENT_FAIL
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.server_metrics import MetricsSeries
@@ -43,19 +44,21 @@ WILSON = Rule()
 
 
 def verdict(
-    met_slo: int, counted: int, target: float, saturated: bool = False, client_behind: bool = False, rule=WILSON
+    met_slo: int, counted: int, target: float, saturated: bool = False, client_limited: bool = False, rule=WILSON
 ) -> str:
     """met / missed / undecided: met_slo of counted against the target by `rule`; missed where
-    saturated, never met where the client fell behind its schedule."""
+    saturated, else undecided where the client was the limit (docs/method.md#client-limited-probes)."""
     if rule.name == "early_stopping":  # met: LoadGen's n(t); missed: the mirror test at the same confidence
         met = target < 1 and counted >= early_stopping_n(counted - met_slo, target, rule.confidence)
         missed = binomial_cdf(met_slo, counted, target) < 1 - rule.confidence
     else:
         low, high = wilson_interval(met_slo, counted)
         met, missed = low >= target, high < target
-    if saturated or missed:
+    if saturated:
         return "missed"
-    return "met" if met and not client_behind else "undecided"
+    if client_limited:
+        return "undecided"
+    return "missed" if missed else "met" if met else "undecided"
 
 
 def missed_whatever_follows(
@@ -111,6 +114,17 @@ class PassRecord:
         growth, window_s = self.measured.send_lag_growth_s, self.measured.run.window_s
         return growth is not None and window_s > 0 and growth > LAG_GROWTH_BEHIND * window_s
 
+    @property
+    def client_cpu_share(self) -> float | None:
+        """The client process's CPU seconds over the pass's wall time: its share of one core."""
+        run = self.measured.run
+        return run.client_cpu_s / run.ended_s if run.ended_s else None
+
+    @property
+    def client_busy(self) -> bool:
+        share = self.client_cpu_share
+        return share is not None and share >= CLIENT_FAIL
+
     def to_json(self) -> dict:
         run, measured = self.measured.run, self.measured
         counted_results = measured.counted
@@ -141,6 +155,7 @@ class PassRecord:
             "saturated": self.saturated,
             "send_lag_growth_ms": growth * MS if growth is not None else None,
             "client_behind": self.client_behind,
+            "client_cpu_share": self.client_cpu_share,
             "mean_num_requests_running": sum(running) / len(running) if running else None,
             # Peaks in the window, as the binding limit reads it: the ramp's opening burst is not the load.
             **{f"peak_{name}": MetricsSeries(in_window, series.available).peak(f"vllm:{name}") for name in PEAKS},
@@ -159,6 +174,16 @@ def pooled_latency(results, name: str, q: float) -> float | None:
     return percentile([v * MS for v in values], q) if values else None
 
 
+def is_client_limited(passes: list[PassRecord], met_slo: int, counted: int, target: float, rule=WILSON) -> bool:
+    """Whether the client, not the server, limited a probe (docs/method.md#client-limited-probes):
+    a pass's client fell behind its schedule and the probe did not miss at the load it got, or
+    a pass's client used CLIENT_FAIL of a core and the server's queue never grew."""
+    saturated = any(p.saturated for p in passes)
+    missed = verdict(met_slo, counted, target, saturated, rule=rule) == "missed"
+    behind = any(p.client_behind for p in passes) and not missed
+    return behind or (any(p.client_busy for p in passes) and not saturated)
+
+
 def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool, rule=WILSON) -> dict:
     """A probe over its passes: pooled attainment, its interval and verdict, pooled latencies,
     throughput across passes, the server's peaks (docs/method.md#capacity-decisions)."""
@@ -167,10 +192,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
     counted, met_slo = sum(p.requests for p in passes), sum(p.met_slo for p in passes)
     low, high = wilson_interval(met_slo, counted)
     saturated = any(p.saturated for p in passes)
-    # A probe missed at the load actually offered missed whatever the client sent: the client's
-    # lag is recorded only otherwise.
-    decision = verdict(met_slo, counted, target, saturated, any(p.client_behind for p in passes), rule)
-    client_behind = any(p.client_behind for p in passes) and decision != "missed"
+    client_limited = is_client_limited(passes, met_slo, counted, target, rule)
+    decision = verdict(met_slo, counted, target, saturated, client_limited, rule)
 
     def peak(key):
         values = [r[key] for r in records if r[key] is not None]
@@ -197,7 +220,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         if any(r.itl for r in pooled)
         else None,
         "saturated": saturated,
-        "client_behind": client_behind,
+        "client_cpu_share": peak("client_cpu_share"),
+        "client_limited": client_limited,
         # Undecided, and not met even had every counted request met the SLO: no evidence of met.
         "too_few_to_meet": decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met",
         "stopped_early": len(passes) < repeats,
@@ -206,6 +230,17 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         "preemptions": sum(preemptions) if preemptions else None,
         "pass_records": records,
     }
+
+
+def client_evidence(record: dict) -> str:
+    """Why a client-limited probe's client was the limit, from its record."""
+    reasons = []
+    if any(p["client_behind"] for p in record["pass_records"]):
+        reasons.append("it fell behind its schedule, so this load was not offered")
+    share = record["client_cpu_share"]
+    if share is not None and share >= CLIENT_FAIL:
+        reasons.append(f"its process used {share * 100:.0f} % of a core, so its own delays are in the latencies")
+    return " and ".join(reasons)
 
 
 def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:
@@ -218,8 +253,8 @@ def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:
         f"{record['p99_tpot_ms'] or 0:.1f} ms, {record['output_throughput']['mean']:.1f} output tok/s: {decision}"
         + (" (saturated)" if record["saturated"] else "")
         + (
-            " (the client fell behind its schedule: this rate was not offered)"
-            if record["client_behind"]
+            f" (the client was the limit: {client_evidence(record)})"
+            if record["client_limited"]
             else f": {record['requests']} counted requests cannot be met by the rule even all within the SLO, so "
             "steered as missed"
             if record["too_few_to_meet"]
@@ -281,7 +316,7 @@ class Prober:
         return len(warm)
 
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
-        """Windowed passes at `load` until the verdict is met or missed, the client fell behind,
+        """Windowed passes at `load` until the verdict is met or missed, the client was the limit,
         the pool ran out or capacity.repeats passes were run, all drawing on one run of distinct
         requests (a trace: its requests, replayed once a pass)."""
         closed = mode == "concurrency"
@@ -331,9 +366,10 @@ class Prober:
             passes.append(last)
             met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests
             # A trace replay ends with the trace: its passes pool until decided, as others do.
-            # A pass whose client fell behind can never make the probe met: no more passes.
+            # A pass whose client was the limit can never make the probe met: no more passes.
             if (
                 last.client_behind
+                or last.client_busy
                 or verdict(met_slo_so_far, counted_so_far, target, last.saturated, rule=self.rule) != "undecided"
                 or (last.measured.run.exhausted and not replay)
             ):
@@ -347,13 +383,13 @@ class Prober:
         if replay:
             record["supply_exhausted"] = False  # the trace's end closes each pass
         decision = record["decision"]
-        # Undecided, a probe steers the search by its share, except where the client fell behind
-        # (a load it did not offer) or too few requests were counted to be met: no evidence of met.
+        # Undecided, a probe steers the search by its share, except where the client was the limit
+        # or too few requests were counted to be met: no evidence of met.
         met = decision == "met" or (
             decision == "undecided"
             and record["attainment"] >= target
-            and not record["client_behind"]
+            and not record["client_limited"]
             and not record["too_few_to_meet"]
         )
         self.progress(probe_line(f"c={int(load)}" if closed else f"{load:.2f} req/s", record, window, met))
-        return Probe(load, met, record, decided=decision != "undecided", client_behind=record["client_behind"])
+        return Probe(load, met, record, decided=decision != "undecided", client_limited=record["client_limited"])

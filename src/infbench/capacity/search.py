@@ -78,7 +78,7 @@ class Probe:
     met: bool
     record: dict = field(default_factory=dict)
     decided: bool = True  # False: the interval straddled the target; `met` is the point estimate
-    client_behind: bool = False  # open loop: the client did not send the load's rate (never met)
+    client_limited: bool = False  # the client, not the server, was the limit (never met)
 
 
 @dataclass
@@ -109,8 +109,8 @@ def attainment_rises(probes: list[Probe]) -> list[list[float]]:
     b decided met (docs/method.md#capacity-convergence). More load never helps a server meet its
     SLO, so any such pair says the probes measured something else (a machine that slowed down
     between them, a warm-up that did not warm)."""
-    # A probe whose client fell behind was offered less than its load: it is left out.
-    offered = sorted((p for p in probes if not p.client_behind), key=lambda p: p.load)
+    # A probe whose client was the limit did not measure the server at its load: it is left out.
+    offered = sorted((p for p in probes if not p.client_limited), key=lambda p: p.load)
     rises = {
         (low.load, high.load)
         for i, low in enumerate(offered)
@@ -216,8 +216,8 @@ def search_steps(
     ends = [p for p in probes if p.load in (passing, failing)]
     if outcome in ("bracketed", "none_met", "ceiling_met") and not all(p.decided for p in ends):
         outcome = "undecided"
-    # A failing end the client could not send (at the floor too) was never offered to the server.
-    if failing is not None and any(p.client_behind for p in probes if p.load == failing):
+    # A failing end where the client was the limit (at the floor too) did not measure the server.
+    if failing is not None and any(p.client_limited for p in probes if p.load == failing):
         outcome = "client_limited"
     # Stopped by the time (or an end left undecided when it ran out): more time is the fix.
     if (outcome == "unfinished" and timed_out) or (outcome == "undecided" and out_of_time()):

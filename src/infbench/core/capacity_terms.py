@@ -26,8 +26,8 @@ OUTCOMES = {
     "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
     "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
     "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
-    "client_limited": "not converged: the client fell behind its schedule at the failing load, so the server was "
-    "never offered it",
+    "client_limited": "not converged: the client was the limit at the failing load (it fell behind its schedule or "
+    "used most of a core), so the server was not measured there",
     "out_of_time": "not converged: capacity.max_search_s ran out before a met and a missed load were decided within "
     "the tolerance",
 }
@@ -38,8 +38,9 @@ OUTCOME_FIXES = {
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
     "undecided": "raise capacity.repeats, capacity.window_s or capacity.window_requests (more counted requests "
     "narrow the interval; a probe too few to be met needs them)",
-    "client_limited": "a rate the client cannot send says nothing of the server: the capacity probes run one "
-    "client process, which on a machine whose cores the engine uses shares them",
+    "client_limited": "a load the client cannot send or read in time says nothing of the server: the capacity "
+    "probes run one client process, which on a machine whose cores the engine uses shares them; run the client on "
+    "another machine against server.external",
     "out_of_time": "raise capacity.max_search_s (where the capacity is a few requests in flight, each probe's "
     "windows take minutes to count their requests)",
 }
@@ -93,8 +94,8 @@ def capacity_text(mode: str, search: dict) -> str:
     if search["outcome"] == "client_limited":
         untested = load_text(mode, search["first_failing"])
         if search["capacity"] is None:
-            return f"not measured (the client could not send {untested}, the lowest rate probed)"
-        return f"at least {text} (the client could not send {untested}: not tested above)"
+            return f"not measured (the client was the limit at {untested}, the lowest load probed)"
+        return f"at least {text} (the client was the limit at {untested}: not tested above)"
     if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
         return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
     if search["outcome"] == "out_of_time":

@@ -23,7 +23,7 @@ LIMITS = {
     "max_num_seqs": "the engine's max_num_seqs",
     "scheduler": "the scheduler's token budget (requests waited with KV memory free)",
     "compute": "compute (latency rose with KV memory free, nothing waited)",
-    "client": "the client (it fell behind its schedule: the server was never offered the load)",
+    "client": "the client (it fell behind its schedule or used most of a core: the server was not measured)",
     "unknown": "unknown (the endpoint publishes no /metrics)",
 }
 
@@ -132,8 +132,8 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                 {
                     "probe": load_text(mode, probe["load"]),
                     "decision": (
-                        "not offered (the client fell behind its schedule)"
-                        if probe.get("client_behind")
+                        "not the server's (the client was the limit)"
+                        if probe["client_limited"]
                         else "undecided (too few requests to be met: steered as missed)"
                         if probe.get("too_few_to_meet")
                         else probe["decision"]

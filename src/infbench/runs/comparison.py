@@ -313,12 +313,12 @@ def runs_verdict(baseline: list[float], candidate: list[float]) -> tuple[str, di
 
 
 def unjudged(capacity: dict) -> str:
-    """Why a capacity comparison has no interval: a run whose client could not send the load
+    """Why a capacity comparison has no interval: a run whose client was the limit at the load
     above its capacity (a lower bound), or a capacity outside its run's probed range."""
     limited = [run for run in ("baseline", "candidate") if capacity[run].get("outcome") == "client_limited"]
     if limited:
         return (
-            f"the {' and '.join(limited)}'s capacity is a lower bound, the client could not send the load above it, "
+            f"the {' and '.join(limited)}'s capacity is a lower bound, the client was the limit at the load above it, "
             "so it cannot be judged"
         )
     return "a run that measured no capacity cannot be judged"

@@ -6,16 +6,12 @@ import math
 import os
 import statistics
 
-from infbench.core.checks import check, not_available
+from infbench.core.checks import CLIENT_FAIL, CLIENT_WARN, check, not_available
 from infbench.core.metrics import MS, failures_text
 from infbench.serving.client import LevelRun
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation, streamed_record
 
-# Shares of one core the client may need before its own delays are in a level's numbers: from
-# CLIENT_WARN the level warns, from CLIENT_FAIL it describes the client more than the server.
-CLIENT_WARN = 0.5
-CLIENT_FAIL = 0.8
 # load.client_processes: auto spreads a level needing CLIENT_WARN or more of a core over enough
 # processes for each to need at most this share.
 PROCESS_SHARE = 0.25
