@@ -9,6 +9,9 @@
     # how often the gate catches the slowdown it states, on simulated passes of known spread
     .venv/bin/python scripts/bench_gate.py simulate --passes 2 3 6 20 --spread 0.1
 
+    # the variants stage's paired gate on reference servers: one with a planted slower token schedule
+    .venv/bin/python scripts/bench_gate.py variants --slowdowns 0 0.05 0.1 0.2 --runs 20
+
 `measure` prints, for the gate given (default: every serving figure at the default threshold),
 the share of replicate pairs it fails (false alarms) and the share it fails once the candidate
 is made s slower (power), each with a 95 % interval over pairs (infbench.runs.gate_power).
@@ -134,6 +137,48 @@ def simulate(passes: list[int], spread: float, tested: int, threshold: float, dr
         )
 
 
+def variants(slowdowns: list[float], runs: int, rounds: int, requests: int, threshold: float, patterns) -> None:
+    """The variants stage's gate (serving.variants) on two reference servers taking turns, the
+    candidate's tokens `slowdown` slower: the share of `runs` runs of `rounds` rounds it fails."""
+    import tempfile
+
+    from infbench.runs.comparison import gate_record
+    from infbench.runs.gate_power import rate
+    from infbench.serving.reference_server import ReferenceServer, Schedule
+    from infbench.serving.variants import comparisons, run_rounds
+
+    rows = [{"id": f"r{i}", "prompt": f"p {i}", "prompt_tokens": 2, "max_tokens": 16, "api": "completions"}
+            for i in range(256)]  # fmt: skip
+    print(f"{runs} runs of {rounds} rounds, {requests} requests a pass at c=4, gate {patterns}, threshold {threshold}")
+    for slowdown in slowdowns:
+        with tempfile.TemporaryDirectory() as folder:
+            servers = {
+                name: ReferenceServer("m", f"{folder}/{name}.log", Schedule(ttft_ms=10, itl_ms=itl, max_num_seqs=16))
+                for name, itl in (("base", 10.0), ("candidate", 10.0 * (1 + slowdown)))
+            }
+            for server in servers.values():
+                server.start()
+            failed, ratios = 0, []
+            try:
+                for run in range(runs):
+                    found = run_rounds(servers, rows, levels=[4], requests=requests, rounds=rounds, slo_ms={},
+                                       timeout_s=30, seed=run, progress=lambda line: None)  # fmt: skip
+                    record = {"threshold": threshold, "comparisons": comparisons(found, "m", "base", threshold)}
+                    failed += bool(gate_record(record, patterns)["regressions"])
+                    ratios += [
+                        f["ratio"] for f in record["comparisons"][0]["figures"] if f["metric"] == "median_tpot_ms"
+                    ]
+            finally:
+                for server in servers.values():
+                    server.stop()
+        low, high = rate(failed, runs)["ci95"]
+        print(
+            f"slowdown {slowdown * 100:.0f} %: the gate failed {failed} of {runs} runs "
+            f"({failed / runs * 100:.0f} %, 95 % interval {low * 100:.0f}-{high * 100:.0f} %); "
+            f"TPOT ratio median {statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -155,8 +200,18 @@ def main() -> None:
     sim.add_argument("--threshold", type=float, default=0.10)
     sim.add_argument("--draws", type=int, default=4000)
     sim.add_argument("--seed", type=int, default=0)
+    var = commands.add_parser("variants", help="the variants stage's paired gate on reference servers")
+    var.add_argument("--slowdowns", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2])
+    var.add_argument("--runs", type=int, default=20)
+    var.add_argument("--rounds", type=int, default=4)
+    var.add_argument("--requests", type=int, default=16)
+    var.add_argument("--threshold", type=float, default=0.05)
+    var.add_argument("--gate", action="append", default=None)
     args = parser.parse_args()
-    if args.command == "simulate":
+    if args.command == "variants":
+        variants(args.slowdowns, args.runs, args.rounds, args.requests, args.threshold,
+                 args.gate or ["*/median_tpot_ms", "*/output_throughput"])  # fmt: skip
+    elif args.command == "simulate":
         simulate(args.passes, args.spread, args.gated, args.threshold, args.draws, args.seed)
     elif args.command == "replicate":
         replicate(args.project.resolve(), args.count, args.out.resolve(), args.model)

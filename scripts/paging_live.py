@@ -1,8 +1,6 @@
 """Rule `paging_live`: the study's 10,000-slot pool on two vLLM servers (each lending the same 9,216
 slots), one 512-token block per request against paging, each driven above its limit -> paging_live.json."""
 
-from pathlib import Path
-
 from infbench.core.stage import run_stage
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params, start_server
@@ -36,7 +34,7 @@ def main(stage):
                 enable_prefix_caching=False,
                 max_num_seqs=settings["requests"],  # so that only memory limits how many run
             ).with_flags(num_gpu_blocks_override=num_blocks),
-            Path(stage.log.servers) / f"{name}.log",
+            stage.servers_log_dir / f"{name}.log",
         )
         for name, (block_size, num_blocks) in pools.items()
     }

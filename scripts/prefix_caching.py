@@ -1,8 +1,6 @@
 """Rule `prefix_caching`: two servers of the model, prefix caching off and on, alive together,
 taking turns on the shared-prefix and conversation request sets -> prefix_caching.json."""
 
-from pathlib import Path
-
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
 from infbench.engines.servers import spec_from_params, start_server
@@ -29,7 +27,7 @@ def main(stage):
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"]).with_env(VLLM_SERVER_DEV_MODE="1")
     servers = {
         arm: start_server(
-            spec.with_engine(enable_prefix_caching=arm == "on"), Path(stage.log.servers) / f"prefix_caching_{arm}.log"
+            spec.with_engine(enable_prefix_caching=arm == "on"), stage.servers_log_dir / f"prefix_caching_{arm}.log"
         )
         for arm in ARMS
     }

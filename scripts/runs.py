@@ -4,11 +4,13 @@
   python scripts/runs.py unpack run.tar.gz -o FOLDER
   python scripts/runs.py compare BASELINE CANDIDATE [...] [--html comparison.html] [--json comparison.json]
                          [--threshold 0.10] [--label NAME ...] [--gate '*/serve/c=4/output_throughput' ...]
+  python scripts/runs.py gate results/MODEL/variants.json --gate '*/variants/c=4/median_tpot_ms' [...]
 
 A run is a project folder, its results/ folder, an archive made by `pack`, or the JSON file
 `vllm bench serve --save-result` writes. `compare` exits 1 when a gated figure fails (missing
 from the candidate, without an interval there, or slower under Holm's step-down over every
-gated figure: docs/comparing-runs.md), 2 on bad input, else 0.
+gated figure: docs/comparing-runs.md), 2 on bad input, else 0. `gate` applies the same gate to
+the variants stage's paired comparisons (docs/method.md#variants), with the same exit codes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from infbench.core.artifacts import read_json
 from infbench.core.errors import UserError
 from infbench.runs.archive import pack, unpack
 from infbench.runs.command import verdict_counts, write_comparison
+from infbench.runs.comparison import gate_record
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "report" / "run_comparison.html.j2"
 
@@ -47,6 +51,22 @@ def compare(args) -> int:
     return 0
 
 
+def gate_variants(args) -> int:
+    """The run comparison's gate on a variants.json: each variant against its baseline."""
+    path = Path(args.variants)
+    if not path.is_file():
+        raise UserError(f"no file {path}; give the variants stage's results/MODEL/variants.json")
+    gated = gate_record(read_json(path), args.gate)
+    for line in gated["regressions"]:
+        print(line, file=sys.stderr)
+    reach = gated["reach"]["line"]
+    if gated["regressions"]:
+        print(f"gate: {len(gated['regressions'])} gated figure(s) failed the gate ({reach})", file=sys.stderr)
+        return 1
+    print(f"gate: passed; not proof of no regression: {reach}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +83,9 @@ def main(argv=None) -> int:
     comparing.add_argument("--threshold", type=float, default=0.10, help="smallest change called a difference")
     comparing.add_argument("--label", action="append", help="a name per run, in order (default: what differs)")
     comparing.add_argument("--gate", action="append", help="fail (exit 1) if a matching figure fails the gate")
+    gating = commands.add_parser("gate", help="the gate on a variants.json: each variant against the baseline")
+    gating.add_argument("variants", help="results/MODEL/variants.json")
+    gating.add_argument("--gate", action="append", required=True, help="fail (exit 1) if a matching figure fails")
     args = parser.parse_args(argv)
     try:
         if args.command == "pack":
@@ -73,6 +96,8 @@ def main(argv=None) -> int:
             manifest = unpack(args.archive, args.output)
             print(f"unpacked {len(manifest['files'])} files into {args.output} (checksums verified)")
             return 0
+        if args.command == "gate":
+            return gate_variants(args)
         return compare(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -12,7 +12,7 @@ def main(stage):
 
     cells = run_tuning(
         spec=spec_from_params(params, stage.model_dir, stage.facts["name"]),
-        log_dir=stage.log.servers,
+        log_dir=stage.servers_log_dir,
         workload=read_jsonl(stage.input.workload),
         pool=read_jsonl(stage.input.pool),
         tuning=params.tuning,

@@ -70,6 +70,7 @@ PIPELINE_RULES = {
     "client_fidelity",
     "kv_validation",
     "prefix_caching",
+    "variants",
     "capacity",
     "paging_live",
     "utilisation",
@@ -158,7 +159,10 @@ def model_artifact_paths(workdir: Path, model: str = "tiny") -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, tiny_model) -> Path:
     """The whole pipeline on the tiny model, run once with `--cores 8` like a user, in a
-    project folder of its own: a copy of this checkout with the test configuration."""
+    project folder of its own: a copy of this checkout with the test configuration.
+    INFBENCH_TINY_RUN=FOLDER reuses a finished one (a developer's rerun of its tests)."""
+    if os.environ.get("INFBENCH_TINY_RUN"):
+        return Path(os.environ["INFBENCH_TINY_RUN"])
     workdir = copy_checkout(tmp_path_factory.mktemp("tiny-run"))
     write_config(workdir, tiny_config(tiny_model))
     snakemake(workdir, "--cores", "8")
@@ -245,7 +249,7 @@ def reference_decision(met_slo: int, counted: int, target: float, rule, saturate
 def check_probes(probes: list[dict], settings: dict, target: float) -> None:
     """What every capacity probe of an artifact must hold: its figures the sums of its passes,
     each pass a whole window unless the pool ran out, its interval Wilson's and its decision
-    the settings' rule's against the target (never met where the client fell behind its schedule)."""
+    the settings' rule's against the target (never met where the client was the limit)."""
     import pytest
 
     from infbench.capacity.probe import Rule

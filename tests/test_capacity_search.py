@@ -223,6 +223,10 @@ def test_a_probes_client_is_the_limit_where_it_fell_behind_or_used_most_of_a_cor
     assert limited(planted_pass(cpu_s=8.0, met_slo=2))  # the latencies are partly the client's own
     assert not limited(planted_pass(cpu_s=8.0, saturated=True))  # the server fell behind whatever the client did
     assert limited(planted_pass(), planted_pass(cpu_s=9.0))  # any pass
+    # The share is over the whole pass (ramp, window and hold), as the CPU time is.
+    ramped = planted_pass(cpu_s=6.0)
+    ramped.measured.run.opened_s, ramped.measured.run.closed_s, ramped.measured.run.ended_s = 2.0, 8.0, 10.0
+    assert ramped.client_cpu_share == pytest.approx(0.6)
     record = probe_record([planted_pass(cpu_s=8.5, met_slo=2)], 3, 0.9, out_of_time=False)
     assert record["client_limited"] and record["decision"] == "undecided"
     assert record["client_cpu_share"] == pytest.approx(0.85) and record["pass_records"][0]["client_behind"] is False

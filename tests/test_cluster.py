@@ -197,6 +197,7 @@ def test_the_pipeline_through_sbatch_cancelled_mid_level_then_continued(cluster,
         capacity={"enabled": False},
         client_fidelity={"enabled": False},
         prefix_caching={"enabled": False},
+        variants={"enabled": False},
         paging_live={"enabled": False},
         load={"concurrency": [4], "request_rates": [], "chat_concurrency": [], "ramp": None, "repeats": 1},
     )

@@ -65,6 +65,7 @@ def test_reruns_redo_only_what_changed(run_copy, tiny_model, tmp_path):
                 "serve",
                 "client_fidelity",
                 "prefix_caching",
+                "variants",
                 "capacity",
                 "paging_live",
                 "kv_validation",

@@ -76,7 +76,7 @@ def test_each_cell_runs_its_own_settings_and_the_best_cell_serves_the_most(tmp_p
     stage = StageRun.of(
         input={"model": model, "workload": workload, "pool": workload},
         output={"tuning": artifact},
-        log={"rule": tmp_path / "tuning.log", "servers": tmp_path / "servers"},
+        log={"rule": tmp_path / "tuning.log"},
         params={
             "dtype": "float32",
             "engine": ENGINE,

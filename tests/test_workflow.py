@@ -94,6 +94,7 @@ def test_each_rule_declares_its_projects_own_code_its_script_imports(tmp_path):
     config["prefix_caching"]["enabled"] = True
     config["client_fidelity"]["enabled"] = True
     config["paging_live"]["enabled"] = True
+    config["variants"]["enabled"] = True
     config["benchmark"]["rounds"] = 2
     write_config(project, config)
     jobs = dry_run_jobs(snakemake(project, "--cores", "8", "--dry-run").stdout)

@@ -95,7 +95,6 @@ rule paging_live:
         SOFTWARE_ENV
     log:
         rule="logs/paging_live/{model}.log",
-        servers=directory("logs/paging_live/{model}.servers"),
     benchmark:
         "benchmarks/{model}/paging_live.tsv"
     script:

@@ -1,4 +1,4 @@
-# The OpenAI-compatible server under load, client fidelity, tuning and prefix caching: each
+# The OpenAI-compatible server under load, client fidelity, tuning, prefix caching and variants: each
 # stage starts its own fresh servers and stops them before it ends.
 
 
@@ -138,7 +138,6 @@ rule tuning:
         SOFTWARE_ENV
     log:
         rule="logs/tuning/{model}.log",
-        servers=directory("logs/tuning/{model}.servers"),
     benchmark:
         "benchmarks/{model}/tuning.tsv"
     script:
@@ -180,8 +179,46 @@ rule prefix_caching:
         SOFTWARE_ENV
     log:
         rule="logs/prefix_caching/{model}.log",
-        servers=directory("logs/prefix_caching/{model}.servers"),
     benchmark:
         "benchmarks/{model}/prefix_caching.tsv"
     script:
         "../../scripts/prefix_caching.py"
+
+
+rule variants:
+    """Two or more engine configurations, their servers side by side taking turns on the same requests."""
+    output:
+        report(
+            "results/{model}/variants.json",
+            category=category("variants"),
+            subcategory="{model}",
+            caption="../../report/captions/serve.rst",
+        ),
+    input:
+        model=rules.model.output[0],
+        workload=rules.workload.output.requests,
+        code=script_code("variants"),
+    params:
+        device=config["hardware"]["device"],
+        dtype=DTYPE,
+        threads=config["hardware"]["threads"],
+        engine=config["engine"],
+        server=config["server"],
+        variants=config["variants"],
+        slo_ms=config["load"]["slo_ms"],
+        seed=config["seed"],
+        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "variants", "seed"),
+    threads: config["hardware"]["threads"]
+    resources:
+        bench_slot=1,
+        gpu=GPUS,
+        mem_mb=24000,
+        runtime=60,
+    conda:
+        SOFTWARE_ENV
+    log:
+        rule="logs/variants/{model}.log",
+    benchmark:
+        "benchmarks/{model}/variants.tsv"
+    script:
+        "../../scripts/variants.py"

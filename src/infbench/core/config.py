@@ -152,6 +152,19 @@ def check_semantics(config: dict, base_dir: Path) -> None:
             f"config error: server.external measures one endpoint, but models lists {len(config['models'])}; "
             "allowed: one model, the one whose tokenizer matches the endpoint's model"
         )
+    variants = config["variants"]
+    if variants["enabled"]:
+        names = [variant["name"] for variant in variants["list"]]
+        if len(names) < 2:
+            raise ConfigError(
+                f"config error: variants.list has {len(names)} variant; a comparison needs a baseline and at least "
+                "one other: add one (e.g. {name: fewer_seqs, engine: {max_num_seqs: 4}}) or set variants.enabled: false"
+            )
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ConfigError(
+                f"config error: variants.list names {repeated[0]!r} twice; give each variant its own name"
+            )
     workload = config["workload"]
     if workload["source"] == "dataset":
         path = resolve_path(workload["dataset"]["path"], base_dir)

@@ -73,6 +73,13 @@ class StageRun:
         return cls(Files(input), Files(output), Files(log), SimpleNamespace(**params))
 
     @cached_property
+    def servers_log_dir(self) -> Path:
+        """Where a stage that starts several servers keeps their logs: beside its own log
+        (logs/{stage}/{model}.servers/). Not a declared log: Snakemake reads a failed job's
+        logs as files, and a folder among them hides the job's own error."""
+        return Path(str(self.log.rule).removesuffix(".log") + ".servers")
+
+    @cached_property
     def model_dir(self) -> Path:
         return Path(self.input.model)
 

@@ -20,7 +20,8 @@ class ServerSpec:
 
     engine: the config's `engine` section (max_model_len, kv_cache_gib, block_size,
     enable_prefix_caching, max_num_seqs); flags: further server flags beyond the engine's
-    (e.g. num_gpu_blocks_override, api_key); env: further environment variables.
+    (e.g. num_gpu_blocks_override, api_key); env: further environment variables; python: the
+    interpreter whose vLLM starts the server (None: this one).
     """
 
     model_dir: str
@@ -33,6 +34,7 @@ class ServerSpec:
     startup_timeout_s: float = 300
     flags: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
+    python: str | None = None
 
     @classmethod
     def from_config(cls, config: dict, model_dir: str | Path, served_name: str, dtype: str) -> ServerSpec:
@@ -91,6 +93,7 @@ def start_server(spec: ServerSpec, log_path: str | Path) -> VLLMServer:
         env={**engine_env(spec.threads, spec.device), **({"VLLM_SERVER_DEV_MODE": "1"} if caching else {}), **spec.env},
         startup_timeout_s=spec.startup_timeout_s,
         extra_args=spec.flags or None,
+        python=spec.python,
     )
     server.resets_prefix_cache = caching
     return server

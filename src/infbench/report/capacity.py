@@ -256,8 +256,8 @@ def attainment_figure(capacity: dict, mode: str):
         frame,
         f"Each point a probe: the share of its counted requests that met every SLO, with its 95 % Wilson "
         f"interval; blue met, red missed (by the decision rule above, or the server saturated: its "
-        f"queue grew), grey undecided (the fit leaves out those too few to be met and any rate the client fell "
-        f"behind). "
+        f"queue grew), grey undecided (the fit leaves out those too few to be met and any whose client was the "
+        f"limit). "
         f"The line is the non-increasing fit the capacity and its interval are read from; the dashed line is "
         f"the target, {100 * target:g} %.",
     )

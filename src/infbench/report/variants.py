@@ -1,0 +1,64 @@
+"""Section 5.4: variants measured in turns, each figure against the baseline's by paired rounds."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+METRIC_NAMES = {
+    "output_throughput": "output tok/s",
+    "request_goodput": "goodput req/s",
+    "median_ttft_ms": "median TTFT ms",
+    "median_tpot_ms": "median TPOT ms",
+    "median_itl_ms": "median ITL ms",
+    "median_e2el_ms": "median E2E ms",
+}
+
+
+CHANGES = ("engine", "flags", "env", "python")
+
+
+def interval(figure: dict) -> str:
+    """The paired 95 % interval; blank where there is none (a round's figure not above zero)."""
+    if figure["p_slower"] is None:
+        return ""
+    return f"[{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}]"
+
+
+def ratio_table(variants: dict) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "variant": comparison["candidate"],
+                "level": figure["case"],
+                "figure": METRIC_NAMES[figure["metric"]],
+                "baseline mean": figure["baseline"]["mean"],
+                "variant mean": figure["candidate"]["mean"],
+                "ratio": figure["ratio"],
+                "ci95": f"[{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}]"
+                if figure["p_slower"] is not None
+                else "",
+                "verdict": figure["verdict"],
+            }
+            for comparison in variants["comparisons"]
+            for figure in comparison["figures"]
+        ]
+    )
+
+
+def view(variants: dict | None) -> dict | None:
+    """What the section shows; None where the stage did not run."""
+    if not variants:
+        return None
+    settings = variants["settings"]
+    return {
+        "baseline": variants["baseline"],
+        "variants": [
+            (variant["name"], "; ".join(f"{key} {variant[key]}" for key in CHANGES if variant.get(key)))
+            for variant in settings["list"]
+        ],
+        "rounds": len(variants["rounds"]),
+        "requests": settings["requests"],
+        "threshold": variants["threshold"],
+        "orders": [" → ".join(r["order"]) for r in variants["rounds"][:2]],
+        "table": ratio_table(variants),
+    }

@@ -1,0 +1,229 @@
+"""Variants measured in turns: two or more engine configurations of one model (engine settings,
+server flags, environment variables, or another Python interpreter with its own vLLM), their
+servers alive side by side and taking turns, round by round, the order rotating, on the same
+requests; each figure of each variant compared with the baseline's by the rounds' paired
+ratios, and gated as the run comparison gates (docs/method.md#variants).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import subprocess
+from dataclasses import dataclass, field
+
+from infbench.core.errors import UserError
+from infbench.core.metrics import aggregate, goodput
+from infbench.core.stats import paired_ratio, summarize, upper_tail
+from infbench.engines.servers import ServerSpec
+from infbench.runs.comparison import NO_INTERVAL, verdict
+from infbench.serving.client import cycle_requests, run_level
+from infbench.serving.sweep import Level, warmup_requests
+from infbench.serving.window import ensure_alive
+
+# The figures compared, each pass's, and which way is better.
+FIGURES = {
+    "output_throughput": "higher",
+    "request_goodput": "higher",
+    "median_ttft_ms": "lower",
+    "median_tpot_ms": "lower",
+    "median_itl_ms": "lower",
+    "median_e2el_ms": "lower",
+}
+UNITS = {"output_throughput": "tok/s", "request_goodput": "req/s"}
+SAMPLES_ARE = "paired rounds: one pass of each variant per round, on the same requests, the order rotating"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One engine configuration: `engine` settings over the config's, further server `flags`,
+    environment variables `env`, and `python`, the interpreter whose vLLM starts its server
+    (absent: this one's)."""
+
+    name: str
+    engine: dict = field(default_factory=dict)
+    flags: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    python: str | None = None
+
+    def server_spec(self, spec: ServerSpec) -> ServerSpec:
+        """The config's server with this variant's settings, flags, environment and interpreter."""
+        changed = spec.with_engine(**self.engine).with_flags(**self.flags).with_env(**self.env)
+        return dataclasses.replace(changed, python=self.python)
+
+    @classmethod
+    def of(cls, entry: dict) -> Variant:
+        return cls(entry["name"], entry.get("engine", {}), entry.get("flags", {}), entry.get("env", {}),
+                   entry.get("python"))  # fmt: skip
+
+
+def variants_of(settings: dict) -> list[Variant]:
+    """variants.list as Variants (core/config.py has refused fewer than two, or a name twice)."""
+    return [Variant.of(entry) for entry in settings["list"]]
+
+
+def check_interpreter(variant: Variant) -> None:
+    """A variant's own interpreter must run and find vLLM, checked before any server starts."""
+    if variant.python is None:
+        return
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        code = subprocess.run([variant.python, "-c", probe], capture_output=True, timeout=60).returncode
+    except OSError as error:
+        raise UserError(
+            f"variant {variant.name}: its python {variant.python} does not run ({error.strerror}); "
+            "give the path of an interpreter with vLLM installed (e.g. /opt/vllm-0.33/bin/python)"
+        ) from None
+    if code != 0:
+        raise UserError(
+            f"variant {variant.name}: its python {variant.python} has no vLLM (import vllm is not found there); "
+            "install vLLM into that environment or point variants.list's python at one that has it"
+        )
+
+
+def rotation(names: list[str], index: int) -> list[str]:
+    """Round `index`'s order: the list rotated by the round, so each variant goes first in turn
+    (for two: A B, B A, A B, ...)."""
+    shift = index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def pass_figures(run, slo_ms: dict) -> dict:
+    """One pass's figures (FIGURES), from its requests."""
+    results = [s.result for s in run.results]
+    summary = aggregate(results, run.duration_s)
+    return {
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "output_throughput": summary["output_throughput"],
+        "request_goodput": goodput(results, run.duration_s, slo_ms),
+        **{key: summary[key] for key in FIGURES if key.startswith("median_")},
+    }
+
+
+def measured_pass(server, batch: list, concurrency: int, *, api: str, seed: int, timeout_s: float):
+    """An untimed warm-up (the batch's first requests, short), then the batch at `concurrency`."""
+
+    def level(chosen, in_flight):
+        return asyncio.run(
+            run_level(
+                server.base_url, server.served_name, chosen, concurrency=in_flight, arrivals=None, seed=seed,
+                interval_s=1.0, timeout_s=timeout_s, api=api, api_key=server.api_key, scrape_metrics=False,
+            )
+        )  # fmt: skip
+
+    warm = warmup_requests(batch, Level(concurrency))
+    level(warm, len(warm))
+    return level(batch, concurrency)
+
+
+def run_rounds(servers: dict, workload: list[dict], *, levels: list[int], requests: int, rounds: int,
+               slo_ms: dict, timeout_s: float, seed: int, progress=print) -> list[dict]:  # fmt: skip
+    """`rounds` rounds; in each, every level runs once on every variant's server, the variants
+    in `rotation` order, each pass `measured_pass` on `requests` requests (the same ones for
+    every variant in a round; the next slice of the workload the next round)."""
+    names = list(servers)
+    api = workload[0]["api"]
+    records = []
+    for index in range(rounds):
+        order = rotation(names, index)
+        record = {"round": index + 1, "order": order, "levels": {}}
+        for concurrency in levels:
+            batch = cycle_requests(workload[index * requests % len(workload) :] + workload, requests)
+            passes = {}
+            for name in order:
+                run = measured_pass(servers[name], batch, concurrency, api=api, seed=seed + index, timeout_s=timeout_s)
+                ensure_alive(servers[name], f"variant {name}'s pass at concurrency {concurrency}", run.results)
+                passes[name] = figures = pass_figures(run, slo_ms)
+                progress(
+                    f"round {index + 1}/{rounds}, c={concurrency}, {name}: {figures['output_throughput']:.1f} "
+                    f"output tok/s, median TPOT {figures['median_tpot_ms'] or 0:.1f} ms, {figures['failed']} failed"
+                )
+            record["levels"][f"c={concurrency}"] = passes
+        records.append(record)
+    return records
+
+
+def paired_p_slower(numerator: list[float], denominator: list[float], better: str, threshold: float) -> float | None:
+    """The paired form of the run comparison's p_slower: with d_i = ln(gain_i), gain_i the
+    round's candidate / baseline (baseline / candidate where lower is better),
+
+    t = (ln(1 / (1 + threshold)) - mean(d)) / (sd(d) / sqrt(n)),   p = P(T >= t), df n - 1.
+
+    p < 0.025 exactly when the paired 95 % interval lies wholly below 1 / (1 + threshold).
+    None with one round, or a figure not above zero."""
+    if len(numerator) < 2 or min(numerator + denominator) <= 0:
+        return None
+    sign = 1 if better == "higher" else -1
+    gains = summarize([sign * math.log(a / b) for a, b in zip(numerator, denominator, strict=True)])
+    se = gains.std / math.sqrt(gains.n)
+    bound = -math.log(1 + threshold)
+    if se == 0:
+        return 0.0 if gains.mean < bound else 1.0
+    return upper_tail((bound - gains.mean) / se, gains.n - 1)
+
+
+def paired_se_log(numerator: list[float], denominator: list[float]) -> float | None:
+    """sd(d) / sqrt(n) of the rounds' log ratios d_i: the spread the gate's reach is taken from."""
+    if len(numerator) < 2:
+        return None
+    logs = summarize([math.log(a / b) for a, b in zip(numerator, denominator, strict=True)])
+    return logs.std / math.sqrt(logs.n)
+
+
+def figure_samples(rounds: list[dict], level: str, name: str, key: str) -> list[float]:
+    return [r["levels"][level][name][key] for r in rounds]
+
+
+def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float) -> list[dict]:
+    """Each variant against the baseline, in the run comparison's shape (one comparison per
+    variant, one figure per level and FIGURES key), so its gate applies unchanged."""
+    names = rounds[0]["order"]
+    found = []
+    for name in [n for n in sorted(names, key=names.index) if n != baseline]:
+        figures = []
+        for level in rounds[0]["levels"]:
+            for key, better in FIGURES.items():
+                base, cand = (figure_samples(rounds, level, n, key) for n in (baseline, name))
+                usable = all(v is not None and v > 0 for v in base + cand)
+                ratio = (
+                    paired_ratio(cand, base)
+                    if usable and len(rounds) > 1
+                    else {"ratio": math.nan, "ci95_low": math.nan, "ci95_high": math.nan}
+                )
+                figures.append(
+                    {
+                        "key": f"{model}/variants/{level}/{key}",
+                        "model": model,
+                        "stage": "variants",
+                        "case": level,
+                        "metric": key,
+                        "unit": UNITS.get(key, "ms"),
+                        "better": better,
+                        "baseline": summary_of(base),
+                        "candidate": summary_of(cand),
+                        **ratio,
+                        "verdict": verdict(ratio, better, threshold) if usable else NO_INTERVAL,
+                        "samples_are": {"baseline": SAMPLES_ARE, "candidate": SAMPLES_ARE},
+                        "p_slower": paired_p_slower(cand, base, better, threshold) if usable else None,
+                        "se_log": paired_se_log(cand, base) if usable else None,
+                    }
+                )
+        found.append(
+            {"baseline": baseline, "candidate": name, "figures": figures, "only_in_baseline": [], "capacities": []}
+        )
+    return found
+
+
+def summary_of(samples: list[float | None]) -> dict:
+    values = [v for v in samples if v is not None]
+    summary = summarize(values)
+    return {
+        "samples": samples,
+        "n": summary.n,
+        "mean": summary.mean,
+        "ci95_low": summary.ci95_low,
+        "ci95_high": summary.ci95_high,
+        "dropped": len(samples) - len(values),
+    }

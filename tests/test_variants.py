@@ -1,0 +1,213 @@
+"""Variants measured in turns: the rotation, the paired p-value against the interval it mirrors,
+reference servers whose token schedules differ by a known factor (the paired interval holds it,
+and the gate fails it while passing identical ones), the gate's command, the refusals of bad
+input, and two vLLM variants in the tiny run."""
+
+import json
+import math
+import sys
+
+import pytest
+from conftest import REPO, reference_paired_ratio
+
+from infbench.core.artifacts import read_json, validate
+from infbench.core.errors import UserError
+from infbench.runs.comparison import gate_record
+from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.variants import (
+    Variant,
+    check_interpreter,
+    comparisons,
+    paired_p_slower,
+    rotation,
+    run_rounds,
+)
+
+ROWS = [
+    {"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"}
+    for i in range(64)
+]
+
+
+def test_each_variant_goes_first_in_turn():
+    assert [rotation(["a", "b"], i) for i in range(3)] == [["a", "b"], ["b", "a"], ["a", "b"]]
+    assert [rotation(["a", "b", "c"], i)[0] for i in range(4)] == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_paired_p_value_is_below_the_gates_level_exactly_when_the_interval_clears_the_band(seed):
+    """p_slower < 0.025 iff the paired 95 % interval of the gain lies wholly below 1 / (1 + threshold)."""
+    import random
+
+    rng = random.Random(seed)
+    base = [100 * math.exp(rng.gauss(0, 0.05)) for _ in range(4)]
+    cand = [b * math.exp(rng.gauss(-0.15, 0.05)) for b in base]
+    ratio, low, high = reference_paired_ratio(cand, base)
+    p = paired_p_slower(cand, base, "higher", 0.1)
+    assert (p < 0.025) == (high < 1 / 1.1), (p, low, high)
+    # Lower is better: the same samples read as latencies, the gain their inverse.
+    assert (paired_p_slower(cand, base, "lower", 0.1) < 0.025) == (low > 1.1)
+    assert paired_p_slower(cand[:1], base[:1], "higher", 0.1) is None
+
+
+def measured(tmp_path, itl_ms: dict, rounds: int = 4) -> dict:
+    """Reference servers, their token schedules as given, through run_rounds and comparisons."""
+    servers = {
+        name: ReferenceServer("m", tmp_path / f"{name}.log", Schedule(ttft_ms=5, itl_ms=itl, max_num_seqs=16))
+        for name, itl in itl_ms.items()
+    }
+    for server in servers.values():
+        server.start()
+    try:
+        lines = []
+        found = run_rounds(servers, ROWS, levels=[4], requests=8, rounds=rounds, slo_ms={"tpot": 100},
+                           timeout_s=30, seed=0, progress=lines.append)  # fmt: skip
+    finally:
+        for server in servers.values():
+            server.stop()
+    assert len(lines) == rounds * len(servers)
+    baseline = next(iter(itl_ms))
+    return {"threshold": 0.1, "rounds": found, "comparisons": comparisons(found, "m", baseline, 0.1)}
+
+
+def figure(record: dict, candidate: str, metric: str) -> dict:
+    (comparison,) = [c for c in record["comparisons"] if c["candidate"] == candidate]
+    return next(f for f in comparison["figures"] if f["metric"] == metric)
+
+
+def test_a_planted_slower_token_schedule_is_measured_by_the_paired_ratio_and_fails_the_gate(tmp_path):
+    """Beside the baseline (10 ms a token), an identical variant and one 20 % slower (12 ms):
+    the slower one's TPOT ratio is 1.2 within the paired interval, its verdict `slower`, and the
+    gate fails on it alone; the order rotated by round; every pass had the same requests."""
+    record = measured(tmp_path, {"base": 10.0, "same": 10.0, "slow": 12.0})
+    orders = [r["order"] for r in record["rounds"]]
+    assert orders == [["base", "same", "slow"], ["same", "slow", "base"], ["slow", "base", "same"], orders[0]]
+    for one in record["rounds"]:
+        assert {p["completed"] for p in one["levels"]["c=4"].values()} == {8}
+        assert {p["failed"] for p in one["levels"]["c=4"].values()} == {0}
+    tpot = figure(record, "slow", "median_tpot_ms")
+    assert tpot["ratio"] == pytest.approx(1.2, rel=0.05) and tpot["ci95_low"] <= 1.2 * 1.02
+    expected = reference_paired_ratio(tpot["candidate"]["samples"], tpot["baseline"]["samples"])
+    assert (tpot["ratio"], tpot["ci95_low"], tpot["ci95_high"]) == pytest.approx(expected, rel=1e-9)
+    assert tpot["verdict"] == "slower" and tpot["key"] == "m/variants/c=4/median_tpot_ms"
+    assert figure(record, "same", "median_tpot_ms")["verdict"] == "no difference detected"
+    gated = gate_record(record, ["*/median_tpot_ms"])
+    assert len(gated["regressions"]) == 1 and "slow / base = " in gated["regressions"][0]
+    assert gated["reach"]["figures"]["m/variants/c=4/median_tpot_ms (slow / base)"]["df"] == 3
+
+
+def planted_record(slowdown: float) -> dict:
+    """Four rounds of two variants whose TPOT differs by `slowdown` with 1 % jitter, as run_rounds records them."""
+    jitter = [1.0, 1.01, 0.99, 1.005]
+    keys = ("output_throughput", "request_goodput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms",
+            "median_e2el_ms")  # fmt: skip
+    rounds = [
+        {"round": i + 1, "order": ["a", "b"], "levels": {"c=4": {
+            "a": {"completed": 8, "failed": 0, **{key: 10.0 * j for key in keys}},
+            "b": {"completed": 8, "failed": 0, **{key: 10.0 * j * (1 + slowdown) for key in keys}},
+        }}}
+        for i, j in enumerate(jitter)
+    ]  # fmt: skip
+    return {"threshold": 0.1, "rounds": rounds, "comparisons": comparisons(rounds, "m", "a", 0.1)}
+
+
+def test_the_gate_command_reads_a_variants_file(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("runs_script", REPO / "scripts/runs.py")
+    runs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runs)
+
+    def gate(record, *args):
+        path = tmp_path / "variants.json"
+        path.write_text(json.dumps(record))
+        code = runs.main(["gate", str(path), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, _, err = gate(planted_record(0.3), "--gate", "*/median_tpot_ms")
+    assert code == 1 and "regressed: m/variants/c=4/median_tpot_ms" in err
+    code, out, _ = gate(planted_record(0.0), "--gate", "*/median_tpot_ms")
+    assert code == 0 and "gate: passed; not proof of no regression" in out
+    assert gate(planted_record(0.3), "--gate", "*/failed_requests")[0] == 2  # matches nothing: no gate
+    assert runs.main(["gate", str(tmp_path / "none.json"), "--gate", "*"]) == 2
+    assert "results/MODEL/variants.json" in capsys.readouterr().err
+
+
+def test_a_variant_list_of_one_and_a_name_twice_are_refused_before_any_job():
+    from conftest import load_default_config
+
+    from infbench.core.config import ConfigError, validate_config
+
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    for listed, says in (([{"name": "a"}], "has 1 variant"), ([{"name": "a"}, {"name": "a"}], "names 'a' twice")):
+        config = load_default_config()
+        config["variants"] = {"enabled": True, "list": listed}
+        with pytest.raises(ConfigError, match=says):
+            validate_config(config, schema, REPO)
+
+
+def test_an_interpreter_without_vllm_is_named_with_its_variant(tmp_path):
+    with pytest.raises(UserError, match="variant old: its python /usr/bin/python3 has no vLLM"):
+        check_interpreter(Variant("old", python="/usr/bin/python3"))
+    with pytest.raises(UserError, match="variant gone: its python .*/none does not run"):
+        check_interpreter(Variant("gone", python=str(tmp_path / "none")))
+    check_interpreter(Variant("here", python=sys.executable))
+
+
+def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_path, monkeypatch):
+    """One server exits while starting: the stage ends with one line naming that variant, and
+    the other variant's server is stopped (its port free)."""
+    import importlib.util
+
+    from infbench.core.stage import StageRun
+    from infbench.engines.vllm_server import ServerError, ServerProcess, port_is_free
+
+    spec = importlib.util.spec_from_file_location("variants_script", REPO / "scripts/variants.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    started = {}
+
+    def start(server_spec, log_path):
+        if server_spec.engine.get("max_num_seqs") == 4:
+            broken = ServerProcess("m", log_path, startup_timeout_s=30)
+            broken.command = [sys.executable, "-c", "import sys; print('bad flag'); sys.exit(2)"]
+            return broken
+        started["ok"] = server = ReferenceServer("m", log_path)
+        return server
+
+    monkeypatch.setattr(script, "start_server", start)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text(json.dumps({"name": "m"}))
+    workload = tmp_path / "workload.jsonl"
+    workload.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    settings = {"list": [{"name": "base"}, {"name": "fewer", "engine": {"max_num_seqs": 4}}], "concurrency": [2],
+                "requests": 4, "rounds": 2, "threshold": 0.1}  # fmt: skip
+    stage = StageRun.of(
+        input={"model": model, "workload": workload},
+        output={"variants": tmp_path / "variants.json"},
+        log={"rule": tmp_path / "variants.log"},
+        params={"dtype": "float32", "engine": {"max_model_len": 256}, "seed": 0, "device": "cpu", "threads": 2,
+                "server": {"startup_timeout_s": 30, "request_timeout_s": 30}, "variants": settings,
+                "slo_ms": {"tpot": 100}, "provenance_config": {}},
+    )  # fmt: skip
+    with pytest.raises(ServerError, match=r"^variant fewer: the vLLM server exited with code 2 while starting"):
+        script.main(stage)
+    assert port_is_free(started["ok"].port) and not started["ok"].alive()
+    assert not (tmp_path / "variants.json").exists()
+
+
+def test_two_vllm_variants_on_the_tiny_run(tiny_run):
+    """vLLM's max_num_seqs 1 against its default at four requests in flight: one request at a
+    time, so requests wait for their first token and output throughput falls."""
+    variants = read_json(tiny_run / "results/tiny/variants.json")
+    validate(variants, "variants")
+    assert variants["baseline"] == "default" and len(variants["rounds"]) == 2
+    (comparison,) = variants["comparisons"]
+    figures = {f["metric"]: f for f in comparison["figures"]}
+    assert figures["median_ttft_ms"]["ratio"] > 1.5 and figures["output_throughput"]["ratio"] < 0.9
+    log = (tiny_run / "logs/variants/tiny.servers/one_seq.log").read_text()
+    assert "max_num_seqs=1" in log.replace(" ", "") or "'max_num_seqs': 1" in log
+    page = (tiny_run / "results/report.html").read_text()
+    assert "Variants measured in turns" in page and "one_seq" in page
