@@ -39,7 +39,7 @@ def main(stage):
         for name, (block_size, num_blocks) in pools.items()
     }
     results = []
-    with started_together(list(servers.values())):
+    with started_together({f"the {name} server": server for name, server in servers.items()}):
         for name, server in servers.items():
             block_size, num_blocks = pools[name]
             kv = server_kv_facts(server.base_url)

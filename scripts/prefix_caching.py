@@ -31,7 +31,7 @@ def main(stage):
         )
         for arm in ARMS
     }
-    with started_together(list(servers.values())):
+    with started_together({f"the server with prefix caching {arm}": s for arm, s in servers.items()}):
         for arm, server in servers.items():
             print(f"server with prefix caching {arm} ready on {server.base_url} after {server.startup_s:.1f} s")
         rounds = run_rounds(

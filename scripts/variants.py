@@ -4,7 +4,7 @@ taking turns, round by round, on the same requests -> variants.json (docs/method
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
 from infbench.engines.servers import spec_from_params, start_server
-from infbench.engines.vllm_server import ServerError, started_together
+from infbench.engines.vllm_server import started_together
 from infbench.serving.variants import check_interpreter, comparisons, run_rounds, variants_of
 
 
@@ -19,23 +19,19 @@ def main(stage):
         variant.name: start_server(variant.server_spec(spec), stage.servers_log_dir / f"{variant.name}.log")
         for variant in variants
     }
-    try:
-        with started_together(list(servers.values())):
-            for name, server in servers.items():
-                print(f"variant {name}: server ready on {server.base_url} after {server.startup_s:.1f} s")
-            rounds = run_rounds(
-                servers,
-                read_jsonl(stage.input.workload),
-                levels=settings["concurrency"],
-                requests=settings["requests"],
-                rounds=settings["rounds"],
-                slo_ms=params.slo_ms,
-                timeout_s=params.server["request_timeout_s"],
-                seed=params.seed,
-            )
-    except ServerError as error:  # its message names the server's log, which is named by the variant
-        failed = next(name for name, server in servers.items() if str(server.log_path) in str(error))
-        raise ServerError(f"variant {failed}: {error}") from None
+    with started_together({f"variant {name}": server for name, server in servers.items()}):
+        for name, server in servers.items():
+            print(f"variant {name}: server ready on {server.base_url} after {server.startup_s:.1f} s")
+        rounds = run_rounds(
+            servers,
+            read_jsonl(stage.input.workload),
+            levels=settings["concurrency"],
+            requests=settings["requests"],
+            rounds=settings["rounds"],
+            slo_ms=params.slo_ms,
+            timeout_s=params.server["request_timeout_s"],
+            seed=params.seed,
+        )
     stage.write(
         stage.output[0],
         {

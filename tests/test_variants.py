@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO, reference_paired_ratio
 
-from infbench.core.artifacts import read_json, validate
+from infbench.core.artifacts import read_json, validate, write_json
 from infbench.core.errors import UserError
 from infbench.runs.comparison import gate_record
 from infbench.serving.reference_server import ReferenceServer, Schedule
@@ -134,15 +134,51 @@ def test_the_gate_command_reads_a_variants_file(tmp_path, capsys):
     assert "results/MODEL/variants.json" in capsys.readouterr().err
 
 
-def test_a_variant_list_of_one_and_a_name_twice_are_refused_before_any_job():
+def test_passes_with_failures_or_no_value_are_named_by_the_gate_not_compared(tmp_path):
+    """A candidate's pass with a failed request (its medians None where all failed) leaves the
+    figure incomplete; the baseline's, without an interval; a zero goodput, not above zero."""
+
+    def gate_lines(record):
+        record["comparisons"] = comparisons(record["rounds"], "m", "a", 0.1)
+        write_json(tmp_path / "variants.json", record)  # NaN as null, as the stage writes it
+        return gate_record(read_json(tmp_path / "variants.json"), ["*"])["regressions"]
+
+    record = planted_record(0.0)
+    record["rounds"][1]["levels"]["c=4"]["b"].update(completed=0, failed=8, median_tpot_ms=None, median_ttft_ms=None)
+    lines = gate_lines(record)
+    assert any(line.startswith("incomplete: m/variants/c=4/median_tpot_ms (b / a): 1 of") for line in lines), lines
+    assert not any(line.startswith("regressed") for line in lines)
+
+    record = planted_record(0.0)
+    record["rounds"][2]["levels"]["c=4"]["a"]["failed"] = 1
+    lines = gate_lines(record)
+    assert "no interval: m/variants/c=4/output_throughput (b / a): 1 of the baseline's passes have no value" in lines[0]
+
+    record = planted_record(0.0)
+    record["rounds"][0]["levels"]["c=4"]["b"]["request_goodput"] = 0.0
+    (line,) = gate_lines(record)
+    assert line.startswith("no interval: m/variants/c=4/request_goodput (b / a): a value is not above zero")
+
+    record = planted_record(0.0)
+    for one in record["rounds"]:
+        one["levels"]["c=4"]["b"].update(completed=0, failed=8, median_tpot_ms=None)
+    assert "incomplete: m/variants/c=4/median_tpot_ms (b / a): 4 of" in "\n".join(gate_lines(record))
+
+
+def test_a_variant_list_of_one_a_name_twice_and_unbalanced_rounds_are_refused_before_any_job():
     from conftest import load_default_config
 
     from infbench.core.config import ConfigError, validate_config
 
     schema = REPO / "workflow/schemas/config.schema.yaml"
-    for listed, says in (([{"name": "a"}], "has 1 variant"), ([{"name": "a"}, {"name": "a"}], "names 'a' twice")):
+    two = [{"name": "a"}, {"name": "b"}]
+    for listed, rounds, says in (
+        ([{"name": "a"}], 4, "has 1 variant"),
+        ([{"name": "a"}, {"name": "a"}], 4, "names 'a' twice"),
+        (two, 3, "rounds is 3, not a multiple of the 2 variants.*set variants.rounds: 4"),
+    ):
         config = load_default_config()
-        config["variants"] = {"enabled": True, "list": listed}
+        config["variants"] = {"enabled": True, "list": listed, "rounds": rounds}
         with pytest.raises(ConfigError, match=says):
             validate_config(config, schema, REPO)
 
@@ -196,6 +232,54 @@ def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_pat
         script.main(stage)
     assert port_is_free(started["ok"].port) and not started["ok"].alive()
     assert not (tmp_path / "variants.json").exists()
+
+
+def test_a_variant_whose_server_dies_between_passes_stops_the_rounds_naming_it(tmp_path):
+    """b's server is killed after a's first pass: b's pass fails, and the error names b and its pass."""
+    from infbench.engines.vllm_server import ServerError
+
+    servers = {name: ReferenceServer("m", tmp_path / f"{name}.log", Schedule(ttft_ms=5, itl_ms=1, max_num_seqs=16))
+               for name in ("a", "b")}  # fmt: skip
+    for server in servers.values():
+        server.start()
+
+    def progress(line):
+        if line.startswith("round 1/2, c=2, a:"):
+            servers["b"].stop()
+
+    try:
+        died = r"^the server stopped answering during variant b's pass at concurrency 2"
+        with pytest.raises(ServerError, match=died):
+            run_rounds(servers, ROWS, levels=[2], requests=4, rounds=2, slo_ms={"tpot": 100}, timeout_s=5,
+                       seed=0, progress=progress)  # fmt: skip
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def test_a_caching_server_is_emptied_between_the_warm_up_and_the_measured_batch(tmp_path, monkeypatch):
+    """As vLLM's bench sweep does: the warm-up's prompts are not left in the cache for the pass."""
+    from infbench.serving import variants
+
+    events = []
+    real_level = variants.run_level
+
+    async def level(base_url, served_name, chosen, **how):
+        events.append(len(chosen))
+        return await real_level(base_url, served_name, chosen, **how)
+
+    monkeypatch.setattr(variants, "run_level", level)
+    monkeypatch.setattr(variants, "reset_prefix_cache", lambda base_url: events.append("reset"))
+    for caching in (True, False):
+        events.clear()
+        schedule = Schedule(ttft_ms=1, itl_ms=1, prefix_caching=caching)
+        server = ReferenceServer("m", tmp_path / f"{caching}.log", schedule)
+        server.start()
+        try:
+            variants.measured_pass(server, variants.cycle_requests(ROWS, 8), 4, api="completions", seed=0, timeout_s=10)
+        finally:
+            server.stop()
+        assert events == ([4, "reset", 8] if caching else [4, 8]), events
 
 
 def test_two_vllm_variants_on_the_tiny_run(tiny_run):

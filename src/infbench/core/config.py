@@ -165,6 +165,12 @@ def check_semantics(config: dict, base_dir: Path) -> None:
             raise ConfigError(
                 f"config error: variants.list names {repeated[0]!r} twice; give each variant its own name"
             )
+        if variants["rounds"] % len(names):
+            fit = -(-variants["rounds"] // len(names)) * len(names)
+            raise ConfigError(
+                f"config error: variants.rounds is {variants['rounds']}, not a multiple of the {len(names)} variants, "
+                f"so they would not hold each place in the order equally often; set variants.rounds: {fit}"
+            )
     workload = config["workload"]
     if workload["source"] == "dataset":
         path = resolve_path(workload["dataset"]["path"], base_dir)

@@ -260,17 +260,25 @@ class VLLMServer(ServerProcess):
 
 
 @contextlib.contextmanager
-def started_together(servers: list[ServerProcess]):
-    """Several servers launched at once and awaited together (their start-ups overlap, most of
-    it importing vLLM), all stopped on leaving, or as soon as one fails to start."""
+def started_together(servers: dict[str, ServerProcess]):
+    """Several servers, by name, launched at once and awaited together (their start-ups overlap,
+    most of it importing vLLM), all stopped on leaving, or as soon as one fails to start; that
+    one's error begins with its name."""
+
+    def named(name, step):
+        try:
+            step()
+        except ServerError as error:
+            raise ServerError(f"{name}: {error}") from None
+
     try:
-        for server in servers:
-            server.launch()
-        for server in servers:
-            server.wait_ready()
+        for name, server in servers.items():
+            named(name, server.launch)
+        for name, server in servers.items():
+            named(name, server.wait_ready)
         yield servers
     finally:
-        for server in servers:
+        for server in servers.values():
             server.stop()
 
 

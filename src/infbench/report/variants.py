@@ -18,7 +18,8 @@ CHANGES = ("engine", "flags", "env", "python")
 
 
 def interval(figure: dict) -> str:
-    """The paired 95 % interval; blank where there is none (a round's figure not above zero)."""
+    """The paired 95 % interval; blank where there is none (a pass with failures, or a figure
+    not above zero)."""
     if figure["p_slower"] is None:
         return ""
     return f"[{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}]"
@@ -31,12 +32,10 @@ def ratio_table(variants: dict) -> pd.DataFrame:
                 "variant": comparison["candidate"],
                 "level": figure["case"],
                 "figure": METRIC_NAMES[figure["metric"]],
-                "baseline mean": figure["baseline"]["mean"],
-                "variant mean": figure["candidate"]["mean"],
-                "ratio": figure["ratio"],
-                "ci95": f"[{figure['ci95_low']:.3f}, {figure['ci95_high']:.3f}]"
-                if figure["p_slower"] is not None
-                else "",
+                "baseline, mean of rounds": figure["baseline"]["mean"],
+                "variant, mean of rounds": figure["candidate"]["mean"],
+                "ratio, geometric mean of rounds": figure["ratio"],
+                "ci95": interval(figure),
                 "verdict": figure["verdict"],
             }
             for comparison in variants["comparisons"]

@@ -488,6 +488,17 @@ def tested_figures(comparison: dict, patterns: list[str]) -> list[dict]:
     ]  # fmt: skip
 
 
+def no_interval_reason(figure: dict) -> str:
+    """Why a figure has no p-value: a side with no value, a value not above zero, or one sample."""
+    if figure["baseline"].get("dropped", 0):
+        return f"{figure['baseline']['dropped']} of the baseline's passes have no value (their requests failed)"
+    values = [figure[side]["mean"] for side in ("baseline", "candidate")]
+    values += [v for side in ("baseline", "candidate") for v in figure[side].get("samples", [])]
+    if any(v is None or not v > 0 for v in values):
+        return "a value is not above zero (e.g. no request met the SLO)"
+    return "a run has one sample"
+
+
 def gate(record: dict, patterns: list[str]) -> list[str]:
     """One line per gated figure that fails (GATE_METHOD), empty when none does. A pattern
     (fnmatch, on the figure's key) that matches no figure of the baseline is an error: a gate
@@ -516,12 +527,11 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
             dropped = figure["candidate"].get("dropped", 0)
             if dropped:
                 lines.append(
-                    f"incomplete: {figure['key']} ({pair}): {dropped} of the candidate's passes have no finite value "
-                    "(every request failed), so the rest cannot stand for it"
+                    f"incomplete: {figure['key']} ({pair}): {dropped} of the candidate's passes have no value "
+                    "(their requests failed), so the rest cannot stand for it"
                 )
             elif figure["p_slower"] is None:
-                means = (figure["baseline"]["mean"], figure["candidate"]["mean"])
-                why = "a mean is not above zero" if min(means) <= 0 else "a run has one sample"
+                why = no_interval_reason(figure)
                 lines.append(f"no interval: {figure['key']} ({pair}): {why}, so it cannot be judged")
         for capacity in comparison.get("capacities", []):
             if gated(capacity["key"], patterns) and capacity["verdict"] in (LOWER, NO_INTERVAL):

@@ -17,6 +17,7 @@ from infbench.core.errors import UserError
 from infbench.core.metrics import aggregate, goodput
 from infbench.core.stats import paired_ratio, summarize, upper_tail
 from infbench.engines.servers import ServerSpec
+from infbench.engines.vllm_server import reset_prefix_cache
 from infbench.runs.comparison import NO_INTERVAL, verdict
 from infbench.serving.client import cycle_requests, run_level
 from infbench.serving.sweep import Level, warmup_requests
@@ -90,20 +91,22 @@ def rotation(names: list[str], index: int) -> list[str]:
 
 
 def pass_figures(run, slo_ms: dict) -> dict:
-    """One pass's figures (FIGURES), from its requests."""
+    """One pass's figures (FIGURES), from its requests; a median over no successful request is None."""
     results = [s.result for s in run.results]
     summary = aggregate(results, run.duration_s)
+    medians = {key: summary[key] for key in FIGURES if key.startswith("median_")}
     return {
         "completed": summary["completed"],
         "failed": summary["failed"],
         "output_throughput": summary["output_throughput"],
         "request_goodput": goodput(results, run.duration_s, slo_ms),
-        **{key: summary[key] for key in FIGURES if key.startswith("median_")},
+        **{key: value if math.isfinite(value) else None for key, value in medians.items()},
     }
 
 
 def measured_pass(server, batch: list, concurrency: int, *, api: str, seed: int, timeout_s: float):
-    """An untimed warm-up (the batch's first requests, short), then the batch at `concurrency`."""
+    """An untimed warm-up (the batch's first requests, short), then, the prefix cache emptied
+    where the server caches prefixes (as vLLM's bench sweep does), the batch at `concurrency`."""
 
     def level(chosen, in_flight):
         return asyncio.run(
@@ -115,6 +118,8 @@ def measured_pass(server, batch: list, concurrency: int, *, api: str, seed: int,
 
     warm = warmup_requests(batch, Level(concurrency))
     level(warm, len(warm))
+    if server.resets_prefix_cache:
+        reset_prefix_cache(server.base_url)
     return level(batch, concurrency)
 
 
@@ -172,8 +177,11 @@ def paired_se_log(numerator: list[float], denominator: list[float]) -> float | N
     return logs.std / math.sqrt(logs.n)
 
 
-def figure_samples(rounds: list[dict], level: str, name: str, key: str) -> list[float]:
-    return [r["levels"][level][name][key] for r in rounds]
+def figure_samples(rounds: list[dict], level: str, name: str, key: str) -> list[float | None]:
+    """The variant's figure round by round; None for a pass with a failed request, whose
+    figures stand for fewer requests than the other variants' (docs/method.md#variants)."""
+    passes = [r["levels"][level][name] for r in rounds]
+    return [None if one["failed"] else one[key] for one in passes]
 
 
 def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float) -> list[dict]:
@@ -217,13 +225,14 @@ def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float)
 
 
 def summary_of(samples: list[float | None]) -> dict:
+    """The run comparison's summary of one side, None samples (passes with failures) dropped."""
     values = [v for v in samples if v is not None]
-    summary = summarize(values)
+    summary = summarize(values) if values else None
     return {
         "samples": samples,
-        "n": summary.n,
-        "mean": summary.mean,
-        "ci95_low": summary.ci95_low,
-        "ci95_high": summary.ci95_high,
+        "n": len(values),
+        "mean": summary.mean if summary else None,
+        "ci95_low": summary.ci95_low if summary else None,
+        "ci95_high": summary.ci95_high if summary else None,
         "dropped": len(samples) - len(values),
     }
