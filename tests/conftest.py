@@ -304,7 +304,9 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         assert probe["client_cpu_share"] == (max(shares) if shares else None)
         limited = probe["client_limited"]
         behind = any(p["client_behind"] for p in passes) and not missed
-        assert limited == (behind or (any(share >= 0.8 for share in shares) and not saturated))
+        busy = any(share >= 0.8 for share in shares) and not saturated
+        assert probe["client_limited_by"] == ["behind"] * behind + ["busy"] * busy
+        assert limited == (behind or busy)
         expected = reference_decision(met_slo, probe["requests"], target, rule, saturated, limited)
         assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
         # Too few counted requests to be met even all within the SLO: no evidence of met either.

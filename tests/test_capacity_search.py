@@ -209,20 +209,24 @@ def planted_pass(*, met_slo=40, requests=40, cpu_s=0.0, behind=False, saturated=
 def test_a_probes_client_is_the_limit_where_it_fell_behind_or_used_most_of_a_core_and_the_server_kept_up():
     """docs/method.md#client-limited-probes on planted passes: behind and not missed at the load
     it got; or 80 % of a core or more (79 % is not) while the server's queue never grew."""
-    from infbench.capacity.probe import is_client_limited, probe_record
+    from infbench.capacity.probe import client_evidence, client_limits, probe_record
 
     def limited(*passes):
         met, counted = sum(p.met_slo for p in passes), sum(p.requests for p in passes)
-        return is_client_limited(list(passes), met, counted, 0.9)
+        return client_limits(list(passes), met, counted, 0.9)
 
-    assert not limited(planted_pass())
-    assert limited(planted_pass(behind=True))
-    assert not limited(planted_pass(behind=True, met_slo=2))  # missed at the lower load it got: the server's
-    assert not limited(planted_pass(cpu_s=7.9)) and planted_pass(cpu_s=7.9).client_cpu_share == pytest.approx(0.79)
-    assert limited(planted_pass(cpu_s=8.0))
-    assert limited(planted_pass(cpu_s=8.0, met_slo=2))  # the latencies are partly the client's own
-    assert not limited(planted_pass(cpu_s=8.0, saturated=True))  # the server fell behind whatever the client did
-    assert limited(planted_pass(), planted_pass(cpu_s=9.0))  # any pass
+    assert limited(planted_pass()) == []
+    assert limited(planted_pass(behind=True)) == ["behind"]
+    assert limited(planted_pass(behind=True, met_slo=2)) == []  # missed at the lower load it got: the server's
+    assert limited(planted_pass(cpu_s=7.9)) == [] and planted_pass(cpu_s=7.9).client_cpu_share == pytest.approx(0.79)
+    assert limited(planted_pass(cpu_s=8.0)) == ["busy"]
+    assert limited(planted_pass(cpu_s=8.0, met_slo=2)) == ["busy"]  # the latencies are partly the client's own
+    assert limited(planted_pass(cpu_s=8.0, saturated=True)) == []  # the server fell behind whatever the client did
+    assert limited(planted_pass(), planted_pass(cpu_s=9.0)) == ["busy"]  # any pass
+    # Behind but missed, and busy: only the reason that counted is given as evidence.
+    both = probe_record([planted_pass(behind=True, cpu_s=8.5, met_slo=2)], 3, 0.9, out_of_time=False)
+    assert both["client_limited_by"] == ["busy"] and both["pass_records"][0]["client_behind"]
+    assert client_evidence(both) == "its process used 85 % of a core, so its own delays are in the latencies"
     # The share is over the whole pass (ramp, window and hold), as the CPU time is.
     ramped = planted_pass(cpu_s=6.0)
     ramped.measured.run.opened_s, ramped.measured.run.closed_s, ramped.measured.run.ended_s = 2.0, 8.0, 10.0
@@ -537,8 +541,8 @@ def test_the_capacity_checks_warn_naming_each_probe_whose_client_was_the_limit_a
             {
                 "load": load,
                 "client_limited": load in behind or load in busy,
+                "client_limited_by": ["behind"] * (load in behind) + ["busy"] * (load in busy),
                 "client_cpu_share": 0.9 if load in busy else 0.1,
-                "pass_records": [{"client_behind": load in behind}],
                 "attainment_ci95": [0.9, 1.0],
             }
             for load in (10.0, 40.0)
@@ -578,6 +582,13 @@ def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out
     high = {"load": 8.0, "met": False, "record": {"attainment_ci95": [0.9, 1.0]}, "decided": False}
     assert attainment_rises([low, Probe(**high)]) == [[4.0, 8.0]]
     assert attainment_rises([low, Probe(**high, client_limited=True)]) == []
+    # Read as a lower bound that says where the client limited, true although 16 req/s was probed.
+    above = search(probe, start=16.0, floor=0.5, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
+    assert above.probes[0].load == 16.0 and above.outcome == "client_limited"
+    assert capacity_text("request_rate", above.to_json()) == (
+        f"at least {above.capacity:.2f} req/s (the client was the limit at {above.first_failing:.2f} req/s, "
+        "so the server was not measured there)"
+    )
     # At the floor too: not "even the lowest load missed".
     floor = search(probe, start=8.0, floor=8.0, ceiling=32.0, integer=False, tolerance=0.5, max_probes=8)
     assert floor.outcome == "client_limited" and floor.capacity is None

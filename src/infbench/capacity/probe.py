@@ -174,14 +174,15 @@ def pooled_latency(results, name: str, q: float) -> float | None:
     return percentile([v * MS for v in values], q) if values else None
 
 
-def is_client_limited(passes: list[PassRecord], met_slo: int, counted: int, target: float, rule=WILSON) -> bool:
-    """Whether the client, not the server, limited a probe (docs/method.md#client-limited-probes):
-    a pass's client fell behind its schedule and the probe did not miss at the load it got, or
-    a pass's client used CLIENT_FAIL of a core and the server's queue never grew."""
+def client_limits(passes: list[PassRecord], met_slo: int, counted: int, target: float, rule=WILSON) -> list[str]:
+    """How the client, not the server, limited a probe (docs/method.md#client-limited-probes),
+    empty where it did not: "behind", a pass's client fell behind its schedule and the probe
+    did not miss at the load it got; "busy", a pass's client used CLIENT_FAIL of a core and the
+    server's queue never grew."""
     saturated = any(p.saturated for p in passes)
     missed = verdict(met_slo, counted, target, saturated, rule=rule) == "missed"
-    behind = any(p.client_behind for p in passes) and not missed
-    return behind or (any(p.client_busy for p in passes) and not saturated)
+    limits = ["behind"] if any(p.client_behind for p in passes) and not missed else []
+    return limits + (["busy"] if any(p.client_busy for p in passes) and not saturated else [])
 
 
 def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool, rule=WILSON) -> dict:
@@ -192,8 +193,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
     counted, met_slo = sum(p.requests for p in passes), sum(p.met_slo for p in passes)
     low, high = wilson_interval(met_slo, counted)
     saturated = any(p.saturated for p in passes)
-    client_limited = is_client_limited(passes, met_slo, counted, target, rule)
-    decision = verdict(met_slo, counted, target, saturated, client_limited, rule)
+    limits = client_limits(passes, met_slo, counted, target, rule)
+    decision = verdict(met_slo, counted, target, saturated, bool(limits), rule)
 
     def peak(key):
         values = [r[key] for r in records if r[key] is not None]
@@ -221,7 +222,8 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         else None,
         "saturated": saturated,
         "client_cpu_share": peak("client_cpu_share"),
-        "client_limited": client_limited,
+        "client_limited": bool(limits),
+        "client_limited_by": limits,
         # Undecided, and not met even had every counted request met the SLO: no evidence of met.
         "too_few_to_meet": decision == "undecided" and verdict(counted, counted, target, rule=rule) != "met",
         "stopped_early": len(passes) < repeats,
@@ -233,14 +235,13 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
 
 
 def client_evidence(record: dict) -> str:
-    """Why a client-limited probe's client was the limit, from its record."""
-    reasons = []
-    if any(p["client_behind"] for p in record["pass_records"]):
-        reasons.append("it fell behind its schedule, so this load was not offered")
-    share = record["client_cpu_share"]
-    if share is not None and share >= CLIENT_FAIL:
-        reasons.append(f"its process used {share * 100:.0f} % of a core, so its own delays are in the latencies")
-    return " and ".join(reasons)
+    """Why a client-limited probe's client was the limit: the reasons that counted (client_limits)."""
+    reasons = {
+        "behind": "it fell behind its schedule, so this load was not offered",
+        "busy": f"its process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own delays "
+        "are in the latencies",
+    }
+    return " and ".join(reasons[limit] for limit in record["client_limited_by"])
 
 
 def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:

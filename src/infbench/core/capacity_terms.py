@@ -95,7 +95,7 @@ def capacity_text(mode: str, search: dict) -> str:
         untested = load_text(mode, search["first_failing"])
         if search["capacity"] is None:
             return f"not measured (the client was the limit at {untested}, the lowest load probed)"
-        return f"at least {text} (the client was the limit at {untested}: not tested above)"
+        return f"at least {text} (the client was the limit at {untested}, so the server was not measured there)"
     if search["outcome"] == "unfinished" and search["first_failing"] is None and search["capacity"] is not None:
         return f"at least {text} (the search ran out of capacity.max_probes before a load missed the SLO)"
     if search["outcome"] == "out_of_time":
