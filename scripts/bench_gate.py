@@ -11,6 +11,9 @@
 
     # the variants stage's paired gate on reference servers: one with a planted slower token schedule
     .venv/bin/python scripts/bench_gate.py variants --slowdowns 0 0.05 0.1 0.2 --runs 20
+    # the same gate on vLLM: rerun a project's variants rule (fresh servers each time) and gate
+    # each run; with variants that differ only by name, every failure is a false alarm
+    .venv/bin/python scripts/bench_gate.py variants-rerun --project . --runs 8 --out variant-reruns
 
 `measure` prints, for the gate given (default: every serving figure at the default threshold),
 the share of replicate pairs it fails (false alarms) and the share it fails once the candidate
@@ -179,6 +182,49 @@ def variants(slowdowns: list[float], runs: int, rounds: int, requests: int, thre
         )
 
 
+def variants_rerun(project: Path, runs: int, out: Path, patterns: list[str], model: str | None) -> None:
+    """Rerun `project`'s variants rule `runs` times (fresh servers each), keep each variants.json
+    in `out`, and gate each: with variants that differ only by name, every failure is a false alarm."""
+    from infbench.core.artifacts import read_json
+    from infbench.runs.comparison import gate_record
+    from infbench.runs.gate_power import rate
+
+    results = project / "results"
+    model = model or next(p.name for p in sorted(results.iterdir()) if (p / "variants.json").is_file())
+    snakemake = Path(sys.executable).with_name("snakemake")
+    out.mkdir(parents=True, exist_ok=True)
+    failed, ratios = 0, {}
+    for index in range(runs):
+        started = time.monotonic()
+        subprocess.run(
+            [str(snakemake), f"results/{model}/variants.json", "--cores", "2", "--forcerun", "variants"],
+            cwd=project, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        record = read_json(results / model / "variants.json")
+        shutil.copy2(results / model / "variants.json", out / f"run-{index}.json")
+        regressions = gate_record(record, patterns)["regressions"]
+        failed += bool(regressions)
+        figures = [f for c in record["comparisons"] for f in c["figures"]]
+        for f in figures:
+            ratios.setdefault(f["metric"], []).append(f["ratio"])
+        shown = ", ".join(
+            f"{f['metric']} {f['ratio']:.3f} [{f['ci95_low']:.3f}, {f['ci95_high']:.3f}]"
+            for f in figures
+            if f["metric"] in ("median_tpot_ms", "output_throughput") and f["p_slower"] is not None
+        )
+        verdict = f"failed ({len(regressions)}: {regressions[0]})" if regressions else "passed"
+        print(f"run {index + 1} of {runs}, {time.monotonic() - started:.0f} s: {shown}; gate {verdict}", flush=True)
+    low, high = rate(failed, runs)["ci95"]
+    print(
+        f"gate {' '.join(patterns)}: failed {failed} of {runs} runs ({failed / runs * 100:.0f} %, "
+        f"95 % interval {low * 100:.0f}-{high * 100:.0f} %)"
+    )
+    for metric, values in ratios.items():
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        if finite:
+            print(f"{metric} ratio: median {statistics.median(finite):.3f}, range {min(finite):.3f}-{max(finite):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -207,8 +253,17 @@ def main() -> None:
     var.add_argument("--requests", type=int, default=16)
     var.add_argument("--threshold", type=float, default=0.05)
     var.add_argument("--gate", action="append", default=None)
+    rer = commands.add_parser("variants-rerun", help="rerun a project's variants rule and gate each run")
+    rer.add_argument("--project", type=Path, default=Path("."))
+    rer.add_argument("--runs", type=int, default=8)
+    rer.add_argument("--out", type=Path, required=True)
+    rer.add_argument("--model", default=None)
+    rer.add_argument("--gate", action="append", default=None)
     args = parser.parse_args()
-    if args.command == "variants":
+    if args.command == "variants-rerun":
+        variants_rerun(args.project.resolve(), args.runs, args.out.resolve(),
+                       args.gate or ["*/median_tpot_ms", "*/output_throughput"], args.model)  # fmt: skip
+    elif args.command == "variants":
         variants(args.slowdowns, args.runs, args.rounds, args.requests, args.threshold,
                  args.gate or ["*/median_tpot_ms", "*/output_throughput"])  # fmt: skip
     elif args.command == "simulate":
