@@ -159,6 +159,14 @@ def test_passes_with_failures_or_no_value_are_named_by_the_gate_not_compared(tmp
     (line,) = gate_lines(record)
     assert line.startswith("no interval: m/variants/c=4/request_goodput (b / a): a value is not above zero")
 
+    # A run comparison's baseline that lost a pass but kept two values is not the reason.
+    from infbench.runs.comparison import no_interval_reason
+
+    run_figure = {"baseline": {"n": 2, "mean": 10.0, "dropped": 1}, "candidate": {"n": 1, "mean": 10.0, "dropped": 0}}
+    assert no_interval_reason(run_figure) == "a run has one sample"
+    run_figure["baseline"]["n"] = 1
+    assert no_interval_reason(run_figure).startswith("1 of the baseline's passes have no value")
+
     record = planted_record(0.0)
     for one in record["rounds"]:
         one["levels"]["c=4"]["b"].update(completed=0, failed=8, median_tpot_ms=None)
@@ -191,28 +199,15 @@ def test_an_interpreter_without_vllm_is_named_with_its_variant(tmp_path):
     check_interpreter(Variant("here", python=sys.executable))
 
 
-def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_path, monkeypatch):
-    """One server exits while starting: the stage ends with one line naming that variant, and
-    the other variant's server is stopped (its port free)."""
+def variants_script_stage(tmp_path):
+    """scripts/variants.py as a module, and a StageRun of two variants (base; fewer, max_num_seqs 4)."""
     import importlib.util
 
     from infbench.core.stage import StageRun
-    from infbench.engines.vllm_server import ServerError, ServerProcess, port_is_free
 
     spec = importlib.util.spec_from_file_location("variants_script", REPO / "scripts/variants.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    started = {}
-
-    def start(server_spec, log_path):
-        if server_spec.engine.get("max_num_seqs") == 4:
-            broken = ServerProcess("m", log_path, startup_timeout_s=30)
-            broken.command = [sys.executable, "-c", "import sys; print('bad flag'); sys.exit(2)"]
-            return broken
-        started["ok"] = server = ReferenceServer("m", log_path)
-        return server
-
-    monkeypatch.setattr(script, "start_server", start)
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.json").write_text(json.dumps({"name": "m"}))
@@ -225,36 +220,73 @@ def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_pat
         output={"variants": tmp_path / "variants.json"},
         log={"rule": tmp_path / "variants.log"},
         params={"dtype": "float32", "engine": {"max_model_len": 256}, "seed": 0, "device": "cpu", "threads": 2,
-                "server": {"startup_timeout_s": 30, "request_timeout_s": 30}, "variants": settings,
+                "server": {"startup_timeout_s": 30, "request_timeout_s": 5}, "variants": settings,
                 "slo_ms": {"tpot": 100}, "provenance_config": {}},
     )  # fmt: skip
-    with pytest.raises(ServerError, match=r"^variant fewer: the vLLM server exited with code 2 while starting"):
-        script.main(stage)
-    assert port_is_free(started["ok"].port) and not started["ok"].alive()
-    assert not (tmp_path / "variants.json").exists()
+    return script, stage
 
 
-def test_a_variant_whose_server_dies_between_passes_stops_the_rounds_naming_it(tmp_path):
-    """b's server is killed after a's first pass: b's pass fails, and the error names b and its pass."""
-    from infbench.engines.vllm_server import ServerError
+def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_path, monkeypatch):
+    """One server exits while starting, or finds its port taken: the stage ends with one line
+    naming that variant, and the other variant's server is stopped (its port free)."""
+    import socket
 
-    servers = {name: ReferenceServer("m", tmp_path / f"{name}.log", Schedule(ttft_ms=5, itl_ms=1, max_num_seqs=16))
-               for name in ("a", "b")}  # fmt: skip
-    for server in servers.values():
-        server.start()
+    from infbench.engines.vllm_server import ServerError, ServerProcess, port_is_free
 
-    def progress(line):
-        if line.startswith("round 1/2, c=2, a:"):
-            servers["b"].stop()
+    script, stage = variants_script_stage(tmp_path)
+    started, holder = {}, socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+
+    def start(server_spec, log_path, broken):
+        if server_spec.engine.get("max_num_seqs") == 4:
+            if broken == "exits":
+                server = ServerProcess("m", log_path, startup_timeout_s=30)
+                server.command = [sys.executable, "-c", "import sys; print('bad flag'); sys.exit(2)"]
+                return server
+            return ReferenceServer("m", log_path, port=holder.getsockname()[1])
+        started["ok"] = server = ReferenceServer("m", log_path)
+        return server
 
     try:
-        died = r"^the server stopped answering during variant b's pass at concurrency 2"
-        with pytest.raises(ServerError, match=died):
-            run_rounds(servers, ROWS, levels=[2], requests=4, rounds=2, slo_ms={"tpot": 100}, timeout_s=5,
-                       seed=0, progress=progress)  # fmt: skip
+        exits = "the vLLM server exited with code 2 while starting"
+        for broken, says in (("exits", exits), ("port", "port .* in use")):
+            monkeypatch.setattr(script, "start_server", lambda spec, log, b=broken: start(spec, log, b))
+            with pytest.raises(ServerError, match=rf"^variant fewer: {says}"):
+                script.main(stage)
+            assert port_is_free(started["ok"].port) and not started["ok"].alive()
+            assert not (tmp_path / "variants.json").exists()
     finally:
-        for server in servers.values():
+        holder.close()
+
+
+def test_a_variant_whose_server_dies_between_passes_stops_the_stage_naming_it(tmp_path, monkeypatch):
+    """fewer's server is killed just before its first pass: the stage ends naming fewer's pass
+    (the script once crashed with StopIteration looking for a log path in that message)."""
+    from infbench.engines.vllm_server import ServerError
+    from infbench.serving import variants
+
+    script, stage = variants_script_stage(tmp_path)
+    servers = {}
+
+    def start(server_spec, log_path):
+        name = "fewer" if server_spec.engine.get("max_num_seqs") == 4 else "base"
+        servers[name] = ReferenceServer("m", log_path, Schedule(ttft_ms=5, itl_ms=1, max_num_seqs=16))
+        return servers[name]
+
+    real_pass = variants.measured_pass
+
+    def measured_pass(server, *args, **how):
+        if server is servers["fewer"]:
             server.stop()
+        return real_pass(server, *args, **how)
+
+    monkeypatch.setattr(script, "start_server", start)
+    monkeypatch.setattr(variants, "measured_pass", measured_pass)
+    died = r"^the server stopped answering during variant fewer's pass at concurrency 2"
+    with pytest.raises(ServerError, match=died):
+        script.main(stage)
+    assert not any(server.alive() for server in servers.values())
 
 
 def test_a_caching_server_is_emptied_between_the_warm_up_and_the_measured_batch(tmp_path, monkeypatch):

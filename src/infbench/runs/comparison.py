@@ -490,8 +490,11 @@ def tested_figures(comparison: dict, patterns: list[str]) -> list[dict]:
 
 def no_interval_reason(figure: dict) -> str:
     """Why a figure has no p-value: a side with no value, a value not above zero, or one sample."""
-    if figure["baseline"].get("dropped", 0):
-        return f"{figure['baseline']['dropped']} of the baseline's passes have no value (their requests failed)"
+    baseline = figure["baseline"]
+    # Dropped passes remove the interval only where the rest cannot stand in (variants: any
+    # dropped pass; a run: fewer than two values left).
+    if baseline.get("dropped", 0) and (None in baseline.get("samples", []) or baseline["n"] < 2):
+        return f"{baseline['dropped']} of the baseline's passes have no value (their requests failed)"
     values = [figure[side]["mean"] for side in ("baseline", "candidate")]
     values += [v for side in ("baseline", "candidate") for v in figure[side].get("samples", [])]
     if any(v is None or not v > 0 for v in values):
