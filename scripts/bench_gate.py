@@ -42,6 +42,9 @@ from infbench.runs.comparison import GATE_ALPHA, GATE_POWER, Figure, catchable_s
 from infbench.runs.gate_power import measure_gate
 from infbench.runs.results import load_run
 
+# What both variants commands gate by default.
+VARIANTS_GATE = ["*/median_tpot_ms", "*/output_throughput"]
+
 
 def replicate(project: Path, count: int, out: Path, model: str | None) -> None:
     """Rerun the serve rule `count` times in `project` and keep each run's serving artifacts."""
@@ -262,10 +265,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "variants-rerun":
         variants_rerun(args.project.resolve(), args.runs, args.out.resolve(),
-                       args.gate or ["*/median_tpot_ms", "*/output_throughput"], args.model)  # fmt: skip
+                       args.gate or VARIANTS_GATE, args.model)  # fmt: skip
     elif args.command == "variants":
         variants(args.slowdowns, args.runs, args.rounds, args.requests, args.threshold,
-                 args.gate or ["*/median_tpot_ms", "*/output_throughput"])  # fmt: skip
+                 args.gate or VARIANTS_GATE)  # fmt: skip
     elif args.command == "simulate":
         simulate(args.passes, args.spread, args.gated, args.threshold, args.draws, args.seed)
     elif args.command == "replicate":

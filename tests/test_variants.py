@@ -301,7 +301,9 @@ def test_a_caching_server_is_emptied_between_the_warm_up_and_the_measured_batch(
         return await real_level(base_url, served_name, chosen, **how)
 
     monkeypatch.setattr(variants, "run_level", level)
-    monkeypatch.setattr(variants, "reset_prefix_cache", lambda base_url: events.append("reset"))
+    from infbench.engines import vllm_server
+
+    monkeypatch.setattr(vllm_server, "reset_prefix_cache", lambda base_url: events.append("reset"))
     for caching in (True, False):
         events.clear()
         schedule = Schedule(ttft_ms=1, itl_ms=1, prefix_caching=caching)

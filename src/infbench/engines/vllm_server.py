@@ -40,6 +40,13 @@ def reset_prefix_cache(base_url: str) -> None:
         )
 
 
+def empty_prefix_cache(server) -> None:
+    """Empty `server`'s prefix cache where it caches prefixes (resets_prefix_cache), so that no
+    measurement is flattered by an earlier one's prompts; otherwise nothing."""
+    if server.resets_prefix_cache:
+        reset_prefix_cache(server.base_url)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))

@@ -17,7 +17,7 @@ from infbench.core.errors import UserError
 from infbench.core.metrics import aggregate, goodput
 from infbench.core.stats import paired_ratio, summarize, upper_tail
 from infbench.engines.servers import ServerSpec
-from infbench.engines.vllm_server import reset_prefix_cache
+from infbench.engines.vllm_server import empty_prefix_cache
 from infbench.runs.comparison import NO_INTERVAL, verdict
 from infbench.serving.client import cycle_requests, run_level
 from infbench.serving.sweep import Level, warmup_requests
@@ -118,8 +118,7 @@ def measured_pass(server, batch: list, concurrency: int, *, api: str, seed: int,
 
     warm = warmup_requests(batch, Level(concurrency))
     level(warm, len(warm))
-    if server.resets_prefix_cache:
-        reset_prefix_cache(server.base_url)
+    empty_prefix_cache(server)
     return level(batch, concurrency)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from infbench.core.errors import UserError
 from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
-from infbench.engines.vllm_server import ServerError, reset_prefix_cache
+from infbench.engines.vllm_server import ServerError, empty_prefix_cache
 from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
 
@@ -444,8 +444,7 @@ def measure_pass(
     nothing from `pool` (the distinct requests it drew from; None: a replay ends with its
     trace). `what` names the pass and `fix` the other remedy in those messages. Where the server
     caches prefixes, the cache is emptied first: no pass is flattered by an earlier one's prompts."""
-    if server.resets_prefix_cache:
-        reset_prefix_cache(server.base_url)
+    empty_prefix_cache(server)
     run = asyncio.run(
         run_window(server.base_url, server.served_name, supply, api_key=server.api_key,
                    scrape_metrics=server.metrics, **how)
