@@ -1,7 +1,7 @@
-"""Rule `capacity`: the highest concurrency and request rate served within the SLO, found by
-bracketing and bisection on a fresh server of the model (or the external endpoint), capacity.runs
-times, each run on a server started for it -> capacity.json and every probe's requests in
-capacity.requests.csv."""
+"""Rule `capacity`: the highest concurrency and request rate (and, with sessions.capacity, users
+in chat sessions) served within the SLO, found by bracketing and bisection on a fresh server of
+the model (or the external endpoint), capacity.runs times, each run on a server started for it
+-> capacity.json and every probe's requests in capacity.requests.csv."""
 
 import os
 
@@ -13,6 +13,22 @@ from infbench.engines.external_endpoint import measured_server
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import pin_threads, place_client, server_max_num_seqs
 from infbench.serving.request_table import write_table
+from infbench.serving.sessions import SessionPlan
+from infbench.workload.requests import Prompts
+from infbench.workload.sessions import ThinkTime, build_conversations
+
+
+def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int):
+    """The users search's sessions (None where sessions.capacity is off) and their source."""
+    if settings is None:
+        return None, None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    Prompts(tokenizer, "chat")  # sessions run through the chat template: a model without one stops here
+    conversations, source = build_conversations(tokenizer, pool, settings, max_model_len, seed)
+    think = ThinkTime(settings["think_s"], settings["think"])
+    return SessionPlan(conversations, think, settings["reply"], max_model_len, seed), source
 
 
 def run_log(path: str, run: int) -> str:
@@ -29,6 +45,9 @@ def main(stage):
     # Read before the server starts: importing vLLM's defaults takes seconds of CPU.
     max_num_seqs = None if external else server_max_num_seqs(params.engine)
     cpus = os.sched_getaffinity(0)
+    sessions, sessions_source = session_plan(
+        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed
+    )
 
     def new_server(run: int):
         pin_threads(cpus)  # each server sees, binds to and inherits the CPUs the stage was given
@@ -48,6 +67,8 @@ def main(stage):
             max_num_seqs=max_num_seqs["value"] if max_num_seqs else None,
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],
+            sessions=sessions,
+            max_users=params.sessions["max_users"] if sessions else 0,
         )
 
     result = search_runs(params.capacity["runs"], new_server, search_on)
@@ -66,6 +87,14 @@ def main(stage):
             "slo_ms": params.load["slo_ms"],
             "attainment_target": params.capacity["attainment"],
             "settings": params.capacity,
+            "sessions": {
+                **params.sessions,
+                "conversations": sessions_source,
+                # The endpoint's own where it is external: not known here.
+                "prefix_caching": None if external else bool(params.engine.get("enable_prefix_caching")),
+            }
+            if sessions
+            else None,
             "kv": kv,
             "max_num_seqs": max_num_seqs,
             **result,

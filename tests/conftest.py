@@ -325,13 +325,14 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         assert not probe["out_of_time"] or passes[-1].get("closed_at_deadline") or probe["stopped_early"]
 
 
-def searched(tmp_path, schedule, pool, settings, load, progress=lambda line: None) -> dict:
-    """search_capacity on a reference server with `schedule`, the pool as workload, no KV facts."""
+def searched(tmp_path, schedule, pool, settings, load, progress=lambda line: None, **users) -> dict:
+    """search_capacity on a reference server with `schedule`, the pool as workload, no KV facts;
+    `users`: sessions and max_users for the users search."""
     from infbench.capacity.measure import search_capacity
     from infbench.serving.reference_server import ReferenceServer
 
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
         return search_capacity(
             server, pool, pool, settings, load, None,
-            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=progress,
+            max_model_len=256, max_num_seqs=None, seed=0, timeout_s=30, progress=progress, **users,
         )  # fmt: skip

@@ -34,7 +34,25 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
     table = pandas.read_csv(tiny_run / "results/tiny" / capacity["requests_table"]["file"])
     assert len(table) == capacity["requests_table"]["rows"] and table["counted"].dtype == bool
     counted = table[table["counted"]].groupby("measurement").size().to_dict()
-    assert counted == {f"c={int(p['load'])}": p["requests"] for p in search["probes"]}
+    users = capacity["users"]["probes"]
+    assert counted == {
+        **{f"c={int(p['load'])}": p["requests"] for p in search["probes"]},
+        **{f"users={int(p['load'])}": p["requests"] for p in users},
+    }
+    # Users in chat sessions on vLLM's server: each turn's prompt, through the model's chat
+    # template, carries the earlier turns and the model's replies (vLLM's usage counts them).
+    check_probes(users, capacity["settings"], capacity["attainment_target"])
+    turns = table[table["measurement"].str.startswith("users=") & table["success"]]
+    carried = 0
+    drawn = turns["request_id"].str.replace(r"/turn-\d+", "", regex=True)  # the conversation and its draw
+    for _, conversation in turns.groupby([turns["measurement"], turns["pass"], drawn]):
+        ordered = conversation.sort_values("turn")
+        for earlier, later in zip(ordered.itertuples(), ordered.iloc[1:].itertuples()):
+            assert later.turn == earlier.turn + 1
+            assert later.prompt_tokens > earlier.prompt_tokens + earlier.output_tokens
+            carried += 1
+    assert carried > 0
+    assert all(p["sessions"]["users"] == p["load"] and p["sessions"]["mean_in_flight"] > 0 for p in users)
     # Every probe with vLLM's /metrics: its windows' peaks and the scrapes they were read from.
     for probe in search["probes"]:
         assert probe["peak_num_requests_running"] >= 1, probe["load"]
@@ -172,6 +190,9 @@ def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(
         ("paging_live", {"max_model_len": 256, "output_tokens": 8}, "at least 264"),
         ("paging_live", {"pool_tokens": 1000}, "at least 1024"),
         ("capacity", {"start_concurrency": 128, "max_concurrency": 64}, "start <= max"),
+        ("sessions", {"source": "no/such/chats.json"}, "sessions.source = 'no/such/chats.json': no file there"),
+        ("sessions", {"think": "gamma"}, "sessions.think"),
+        ("capacity", {"enabled": False}, "sessions.capacity searches users in the capacity stage, which is off"),
     ],
 )
 def test_capacity_and_paging_config_errors(tmp_path, section, values, message):

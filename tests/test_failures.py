@@ -112,6 +112,7 @@ def test_a_table_row_is_its_request_record_on_the_pass_clock():
         **where, "counted": True, "request_id": "a#1", "scheduled_s": 0.98, "sent_s": 1.0, "first_token_s": 1.1,
         "last_token_s": 1.5, "prompt_tokens": 7, "max_tokens": 5, "output_tokens": 4, "success": True,
         "met_slo": True, "failure_cause": None, "error": None,
+        "user": None, "conversation": None, "turn": None, "think_s": None,  # a request, not a session's turn
     }  # fmt: skip
     assert list(early) == list(COLUMNS)
     # TPOT (0.5 - 0.1) / 3 = 133 ms: over a 100 ms SLO, within 150.

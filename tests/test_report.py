@@ -367,6 +367,24 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "figures": [],
         "probes": pd.DataFrame(),
         "requests_table": {"file": "capacity.requests.csv", "rows": 10},
+        "users": {
+            "capacity": "12 users",
+            "think": "2 s (exponential)",
+            "reply": "the recorded replies",
+            "source": "10 conversations (30 turns) from chats.json",
+            "system_prompt_tokens": 0,
+            "predicted": 14,
+            "predicted_from": None,
+            "at": {
+                "users": 12,
+                "in_flight": "3.0",
+                "response_s": "0.50",
+                "think_s": "2.00",
+                "implied": "12.0",
+                "hit_rate": "40%",
+            },
+            "prefix_caching": "on",
+        },
     }
     serve = {
         "endpoint": {"base_url": "http://example.test/v1", "model": "m", "metrics": False},

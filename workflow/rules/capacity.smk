@@ -1,4 +1,11 @@
-# SLO capacity: the most requests in flight (and the highest rate) served within the SLO.
+# SLO capacity: the most requests in flight (and the highest rate, and users in sessions) served
+# within the SLO.
+
+SESSIONS_FILE = (
+    [config["sessions"]["source"]]
+    if config["sessions"]["capacity"] and config["sessions"]["source"] != "synthetic"
+    else []
+)
 
 
 rule capacity:
@@ -23,6 +30,8 @@ rule capacity:
         workload=rules.workload.output.requests,
         pool=rules.workload.output.pool,
         code=script_code("capacity"),
+        # A ShareGPT file of conversations, where the users search reads one.
+        sessions=SESSIONS_FILE,
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -32,10 +41,12 @@ rule capacity:
         # Only what the search uses, so that changing the sweep's levels does not rerun it.
         load={key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")},
         capacity=config["capacity"],
+        # Only where the users search runs, so that session settings rerun nothing otherwise.
+        sessions=config["sessions"] if config["sessions"]["capacity"] else None,
         cost=config["cost"],
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(
-            wildcards, "hardware", "engine", "server", "capacity", "cost", "seed"
+            wildcards, "hardware", "engine", "server", "capacity", "sessions", "cost", "seed"
         ),
     threads: config["hardware"]["threads"]
     resources:

@@ -1,12 +1,12 @@
 """The SLO capacity stage's validity checks, stored in capacity.json: each search converged,
 its attainment fell as load rose, the KV-limited concurrency lies within the bounds a full pool
-sets, the client was not the limit of any probe, and every run of capacity.runs completed and
-converged."""
+sets, the client was not the limit of any probe, every users probe held its users (Little's
+law), and every run of capacity.runs completed and converged."""
 
 from __future__ import annotations
 
 from infbench.capacity.probe import client_evidence
-from infbench.core.capacity_terms import OUTCOME_FIXES, OUTCOMES, capacity_text, load_text
+from infbench.core.capacity_terms import OUTCOME_FIXES, OUTCOMES, SEARCHES, capacity_text, load_text
 from infbench.core.checks import check
 
 
@@ -67,16 +67,50 @@ def client_not_the_limit(mode: str, search: dict) -> dict:
     return check(name, "warn" if limited else "pass", len(limited), detail)
 
 
+# A users probe whose users, as Little's law gives them from what it measured, differ from the
+# users it ran by more than this share, or whose users took their turns later than drawn by more
+# than this share of the think time, did not hold its users (docs/method.md#sessions).
+USERS_HELD = 0.2
+
+
+def users_held(search: dict) -> dict:
+    """Every users probe held its users: L x (R + Z) / R within USERS_HELD of them, and the
+    think time taken within USERS_HELD of the one drawn (a client late to its users' turns)."""
+    off = []
+    for probe in search["probes"]:
+        figures = probe["sessions"]
+        implied, taken, drawn = (
+            figures["users_from_littles_law"],
+            figures["mean_think_s"],
+            figures["mean_think_drawn_s"],
+        )
+        if implied is not None and abs(implied / probe["load"] - 1) > USERS_HELD:
+            off.append(f"{load_text('users', probe['load'])}: Little's law gives {implied:.1f}")
+        if taken is not None and drawn and taken > (1 + USERS_HELD) * drawn:
+            off.append(f"{load_text('users', probe['load'])}: users thought {taken:.2f} s, {drawn:.2f} s drawn")
+    return check(
+        "users search: every probe held its users",
+        "warn" if off else "pass",
+        len(off),
+        "; ".join(off) + f" (more than {USERS_HELD:.0%} off: docs/method.md#sessions)"
+        if off
+        else f"in every probe, requests in flight x (response + think) / response lies within {USERS_HELD:.0%} "
+        "of the users, and users took their turns on time (docs/method.md#sessions)",
+    )
+
+
 def capacity_checks(record: dict) -> list[dict]:
-    """The checks of a capacity record (its `concurrency` and `request_rate` searches, each where
-    it ran), in the shape every artifact's `checks` take (core/checks.py)."""
+    """The checks of a capacity record (its `concurrency`, `request_rate` and `users` searches,
+    each where it ran), in the shape every artifact's `checks` take (core/checks.py)."""
     checks = []
-    for mode in ("concurrency", "request_rate"):
+    for mode in SEARCHES:
         search = record.get(mode)
         if search:
             checks += [converged(mode, search), attainment_falls(mode, search), client_not_the_limit(mode, search)]
             if mode == "concurrency":
                 checks.append(kv_limit_within_bounds(search))
+            if mode == "users":
+                checks.append(users_held(search))
     if "runs" in record:
         checks.append(runs_converged(record))
     return checks
@@ -88,7 +122,7 @@ def runs_converged(record: dict) -> dict:
     shaky = [
         f"run {run['run']} {mode.replace('_', ' ')} search {run[mode]['outcome'].replace('_', ' ')}"
         for run in record["runs"]
-        for mode in ("concurrency", "request_rate")
+        for mode in SEARCHES
         if mode in run and run[mode]["outcome"] != "bracketed"
     ]
     failed = [f"run {run['run']} failed: {run['error']}" for run in record.get("failed_runs", [])]

@@ -13,13 +13,14 @@ import httpx
 from infbench.capacity.estimate import capacity_estimate, rerun_interval
 from infbench.capacity.probe import Prober, Rule, TimeBudget, client_evidence
 from infbench.capacity.search import Probe, binding_limit, search
-from infbench.core.capacity_terms import BELOW, as_number
+from infbench.core.capacity_terms import BELOW, SEARCHES, as_number
 from infbench.core.metrics import MS
 from infbench.engines.external_endpoint import EndpointError
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.vllm_server import ServerError
 from infbench.kv.capacity_bounds import kv_full_usage, kv_limit_agreement, predicted_kv_concurrency
 from infbench.serving.client import load_request
+from infbench.serving.sessions import SessionPlan
 from infbench.serving.window import Window
 
 # Open-loop windows last at least this many median E2E latencies (of the closed loop at its
@@ -44,7 +45,7 @@ def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) ->
     return capacity_estimate(
         [(p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"]) for p in offered],
         target,
-        integer=mode == "concurrency",
+        integer=mode != "request_rate",
         seed=seed,
         met=max((p.load for p in offered if p.decided and p.met), default=None),
         missed=min((p.load for p in offered if p.decided and not p.met), default=None),
@@ -63,15 +64,18 @@ def search_capacity(
     max_num_seqs: int | None,
     seed: int,
     timeout_s: float,
+    sessions: SessionPlan | None = None,
+    max_users: int = 256,
     progress=print,
 ) -> dict:
     """The concurrency search (seeded by the KV prediction), then the rate search (seeded by the
-    request rate served at the concurrency capacity, up to the highest completion rate), each
-    with its capacity estimate and interval and the limit that binds it."""
+    request rate served at the concurrency capacity, up to the highest completion rate), then
+    with `sessions` the users search (seeded by Little's law from the concurrency capacity),
+    each with its capacity estimate and interval and the limit that binds it."""
     budget = TimeBudget(settings["max_search_s"])
     prober = Prober(
         server, workload, pool, settings, load_settings, seed=seed, timeout_s=timeout_s, budget=budget,
-        progress=progress,
+        sessions=sessions, progress=progress,
     )  # fmt: skip
     # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
     # The prediction in the order the search draws its rows; the KV classification and the
@@ -144,8 +148,38 @@ def search_capacity(
         found["request_rate"] = search_record("request_rate", rate, time.perf_counter() - started)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
         found["request_rate"]["trace_rate"] = prober.trace.rate if prober.trace is not None else None
+    if sessions is not None:
+        predicted_users = users_from_concurrency(found["concurrency"], sessions.think.mean_s, max_users)
+        progress(
+            f"users search: {predicted_users['value']} users predicted from the concurrency capacity by Little's law"
+        )
+        started = budget.start()
+        users = search(
+            lambda u: prober.probe("users", u),
+            start=predicted_users["value"],
+            floor=1,
+            ceiling=max_users,
+            integer=True,
+            tolerance=settings["tolerance"],
+            max_probes=settings["max_probes"],
+            out_of_time=budget.out,
+        )
+        found["users"] = search_record("users", users, time.perf_counter() - started)
+        found["users"]["predicted_from_concurrency"] = predicted_users
     found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found
+
+
+def users_from_concurrency(concurrency: dict, think_s: float, ceiling: int) -> dict:
+    """The users search's start: Little's law from the concurrency capacity C, users = C x (R + Z)
+    / R with R the median E2E latency there and Z the mean think time (docs/method.md#sessions);
+    1 where no concurrency met the SLO. Sessions' prompts grow turn by turn, so R is a guess."""
+    at = concurrency["at_capacity"]
+    if not at or not at.get("median_e2el_ms"):
+        return {"value": 1, "in_flight": None, "response_s": None, "think_s": think_s}
+    response_s = at["median_e2el_ms"] / MS
+    value = max(1, min(ceiling, round(concurrency["capacity"] * (response_s + think_s) / response_s)))
+    return {"value": value, "in_flight": concurrency["capacity"], "response_s": response_s, "think_s": think_s}
 
 
 def search_runs(runs: int, new_server, search_on, progress=print) -> dict:
@@ -198,7 +232,7 @@ def across_runs(records: list[dict], several: bool | None = None) -> dict:
     ordered = sorted(range(len(records)), key=lambda i: run_value(records[i]["concurrency"]))
     middle = ordered[(len(records) - 1) // 2]
     headline = {key: records[middle][key] for key in kept}
-    modes = [mode for mode in ("concurrency", "request_rate") if mode in headline]
+    modes = [mode for mode in SEARCHES if mode in headline]
     headline["runs"] = [
         {
             "run": record["run"],
@@ -225,7 +259,7 @@ def across_runs(records: list[dict], several: bool | None = None) -> dict:
         mode: rerun_interval(
             [record[mode]["estimate"]["value"] for record in records],
             [record[mode]["estimate"]["ci95"] for record in records],
-            integer=mode == "concurrency",
+            integer=mode != "request_rate",
         )
         for mode in modes
     }

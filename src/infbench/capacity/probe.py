@@ -20,6 +20,7 @@ from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import cycle_requests, load_request, run_level
 from infbench.serving.request_table import probe_rows
+from infbench.serving.sessions import SessionPlan, session_figures
 from infbench.serving.sweep import Level, warmup_requests
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
 
@@ -95,10 +96,11 @@ class PassRecord:
 
     measured: MeasuredPass
     met_slo: int
+    users: int | None = None  # a pass of users in sessions: how many
 
     @classmethod
-    def of(cls, measured: MeasuredPass, slo_ms: dict) -> PassRecord:
-        return cls(measured, sum(meets_slo(r, slo_ms) for r in measured.counted))
+    def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
+        return cls(measured, sum(meets_slo(r, slo_ms) for r in measured.counted), users)
 
     @property
     def requests(self) -> int:
@@ -162,6 +164,7 @@ class PassRecord:
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             # The window's scrapes: the binding limit is read from values that co-occurred.
             "metrics_series": in_window,
+            **({"sessions": session_figures(run, self.users)} if run.turns is not None else {}),
         }
 
 
@@ -230,8 +233,20 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         "out_of_time": out_of_time and decision == "undecided",
         **{f"peak_{name}": peak(f"peak_{name}") for name in PEAKS},
         "preemptions": sum(preemptions) if preemptions else None,
+        **({"sessions": pooled_sessions([r["sessions"] for r in records])} if "sessions" in records[0] else {}),
         "pass_records": records,
     }
+
+
+def pooled_sessions(passes: list[dict]) -> dict:
+    """A users probe's Little's-law figures (sessions.session_figures), each the mean over its
+    passes (None where no pass has one)."""
+
+    def mean(key):
+        values = [p[key] for p in passes if p[key] is not None]
+        return sum(values) / len(values) if values else None
+
+    return {"users": passes[0]["users"], **{key: mean(key) for key in passes[0] if key != "users"}}
 
 
 def client_evidence(record: dict) -> str:
@@ -270,9 +285,10 @@ def probe_line(shown: str, record: dict, window: Window, met: bool) -> str:
 
 
 class Prober:
-    """Measures probes of one kind (closed-loop `concurrency` or open-loop `request_rate`) on a
-    running server with the config's `capacity` settings and `load_settings` (its load section),
-    every probe drawing distinct requests from `pool` in a seeded order, within `budget`."""
+    """Measures probes (closed-loop `concurrency`, open-loop `request_rate`, or `users` in chat
+    sessions from `sessions`) on a running server with the config's `capacity` settings and
+    `load_settings` (its load section), every probe drawing distinct requests from `pool` in a
+    seeded order, within `budget`."""
 
     def __init__(
         self,
@@ -285,9 +301,10 @@ class Prober:
         seed: int,
         timeout_s: float,
         budget: TimeBudget | None = None,
+        sessions: SessionPlan | None = None,
         progress=print,
     ):
-        self.server, self.settings, self.load_settings = server, settings, load_settings
+        self.server, self.settings, self.load_settings, self.sessions = server, settings, load_settings, sessions
         self.seed, self.timeout_s, self.progress = seed, timeout_s, progress
         self.budget = budget or TimeBudget()
         self.workload, self.api = workload, workload[0]["api"]
@@ -320,7 +337,7 @@ class Prober:
         """Windowed passes at `load` until the verdict is met or missed, the client was the limit,
         the pool ran out or capacity.repeats passes were run, all drawing on one run of distinct
         requests (a trace: its requests, replayed once a pass)."""
-        closed = mode == "concurrency"
+        closed, users = mode in ("concurrency", "users"), mode == "users"
         replay = not closed and self.trace is not None
         if closed:
             arrivals = None
@@ -329,7 +346,7 @@ class Prober:
         else:  # vLLM's gamma gaps
             arrivals = Arrivals(load, self.load_settings["burstiness"])
         window = window or self.window
-        requests = None if replay else self.supply.take()
+        requests = iter(()) if users else None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load_settings["slo_ms"], self.settings["repeats"]
         warmed = self.warm_up(int(load) if closed else None) if self.load_settings["warmup"] else 0
         passes: list[PassRecord] = []
@@ -347,7 +364,7 @@ class Prober:
                 iter([load_request(r, index) for r in self.trace_rows]) if replay else requests,
                 what=f"probe {mode} {load:g}",
                 pool=None
-                if replay
+                if replay or users
                 else f"{len(self.supply.rows)} distinct requests in this search's share of request_pool.jsonl",
                 fix="lower capacity.max_concurrency",
                 window=replace(window, settled=settled, deadline=self.budget.deadline),
@@ -356,14 +373,15 @@ class Prober:
                 seed=self.seed + index,
                 interval_s=self.load_settings["metrics_interval_s"],
                 timeout_s=self.timeout_s,
-                api=self.api,
+                api="chat" if users else self.api,
+                users=self.sessions if users else None,
             )
             out_of_time |= measured.run.closed_at_deadline
             self.requests += probe_rows(
                 measured.run, mode=mode, load=load, api=self.api, burstiness=self.load_settings["burstiness"],
                 trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
             )  # fmt: skip
-            last = PassRecord.of(measured, slo_ms)
+            last = PassRecord.of(measured, slo_ms, int(load) if users else None)
             passes.append(last)
             met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests
             # A trace replay ends with the trace: its passes pool until decided, as others do.
@@ -392,5 +410,6 @@ class Prober:
             and not record["client_limited"]
             and not record["too_few_to_meet"]
         )
-        self.progress(probe_line(f"c={int(load)}" if closed else f"{load:.2f} req/s", record, window, met))
+        shown = f"{int(load)} users" if users else f"c={int(load)}" if closed else f"{load:.2f} req/s"
+        self.progress(probe_line(shown, record, window, met))
         return Probe(load, met, record, decided=decision != "undecided", client_limited=record["client_limited"])

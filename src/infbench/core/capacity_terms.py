@@ -10,7 +10,7 @@ import math
 BELOW, ABOVE = -math.inf, math.inf  # a capacity's crossing lies below the lowest probe / above the highest
 
 # The searches a capacity record may hold, as the report names them.
-SEARCHES = {"concurrency": "requests in flight", "request_rate": "request rate"}
+SEARCHES = {"concurrency": "requests in flight", "request_rate": "request rate", "users": "users in chat sessions"}
 
 
 def as_number(value: float | str) -> float:
@@ -34,7 +34,8 @@ OUTCOMES = {
 
 OUTCOME_FIXES = {
     "none_met": "loosen load.slo_ms or capacity.attainment (the rate search: or lower capacity.min_rate)",
-    "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate)",
+    "ceiling_met": "raise capacity.max_concurrency (the rate search stops at the closed loop's best completion rate; "
+    "the users search at sessions.max_users)",
     "unfinished": "raise capacity.max_probes or capacity.tolerance",
     "undecided": "raise capacity.repeats, capacity.window_s or capacity.window_requests (more counted requests "
     "narrow the interval; a probe too few to be met needs them)",
@@ -55,6 +56,8 @@ LAG_GROWTH_BEHIND = 0.1
 def load_text(mode: str, load) -> str:
     if load is None:
         return "none"
+    if mode == "users":
+        return f"{int(load)} users"
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
@@ -73,7 +76,7 @@ def undecided_bound(mode: str, search: dict) -> str | None:
     if not any(shaky):
         return None
     if shaky == [True, False] and failing is not None:
-        bound = load_text(mode, failing - 1 if mode == "concurrency" else failing)  # a rate: at most the missed
+        bound = load_text(mode, failing if mode == "request_rate" else failing - 1)  # a rate: at most the missed
         text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
     elif shaky == [False, True] and passing is not None:
         text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
@@ -109,6 +112,8 @@ def capacity_text(mode: str, search: dict) -> str:
         return text
     if mode == "concurrency":
         return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
+    if mode == "users":
+        return f"at least {text}, not tested above (sessions.max_users met the SLO)"
     return (
         f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
     )

@@ -179,6 +179,18 @@ def check_semantics(config: dict, base_dir: Path) -> None:
                 f"config error: workload.dataset.path = {workload['dataset']['path']!r}: no file or folder there "
                 f"(looked for {path}); give the path of your prompt file or dataset folder"
             )
+    sessions = config["sessions"]
+    if sessions["capacity"]:
+        if not (config["capacity"]["enabled"] and config["server"]["enabled"]):
+            raise ConfigError(
+                "config error: sessions.capacity searches users in the capacity stage, which is off; set "
+                "capacity.enabled: true and server.enabled: true, or sessions.capacity: false"
+            )
+        if sessions["source"] != "synthetic" and not resolve_path(sessions["source"], base_dir).is_file():
+            raise ConfigError(
+                f"config error: sessions.source = {sessions['source']!r}: no file there (looked for "
+                f"{resolve_path(sessions['source'], base_dir)}); give a ShareGPT .json or .jsonl file, or synthetic"
+            )
     paging = config["paging_live"]
     if paging["enabled"]:
         if config["hardware"]["device"] == "cpu" and paging["max_model_len"] % 32:

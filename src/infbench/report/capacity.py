@@ -100,7 +100,7 @@ def settled_early_note(capacity: dict) -> str | None:
     """Which probes' windows ended early, in this run's words; None where none did."""
     loads = [
         load_text(mode, probe["load"])
-        for mode in ("concurrency", "request_rate")
+        for mode in SEARCHES
         for probe in (capacity.get(mode) or {}).get("probes", [])
         if settled_early(probe)
     ]
@@ -109,14 +109,7 @@ def settled_early_note(capacity: dict) -> str | None:
 
 def out_of_time_note(capacity: dict) -> str | None:
     """Which searches the time budget stopped, in this run's words; None where none."""
-    searches = [
-        (name, search)
-        for name, search in (
-            ("the concurrency search", capacity.get("concurrency")),
-            ("the request rate search", capacity.get("request_rate")),
-        )
-        if search
-    ]
+    searches = [(f"the {mode.replace('_', ' ')} search", capacity[mode]) for mode in SEARCHES if capacity.get(mode)]
     stopped = [
         f"{name} after {search['search_s']:.0f} s" for name, search in searches if search["outcome"] == "out_of_time"
     ]
@@ -125,7 +118,7 @@ def out_of_time_note(capacity: dict) -> str | None:
 
 def probe_table(capacity: dict) -> pd.DataFrame:
     rows = []
-    for mode in ("concurrency", "request_rate"):
+    for mode in SEARCHES:
         for probe in (capacity.get(mode) or {}).get("probes", []):
             low, high = probe["attainment_ci95"]
             rows.append(
@@ -155,6 +148,7 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                     "peak waiting (windows)": probe["peak_num_requests_waiting"],
                     "preemptions": probe["preemptions"],
                     "saturated": "yes" if probe["saturated"] else "",
+                    "mean in flight (users)": probe["sessions"]["mean_in_flight"] if "sessions" in probe else None,
                 }
             )
     return pd.DataFrame(rows)
@@ -166,7 +160,7 @@ def slo_figure(capacity: dict):
     slo = capacity["slo_ms"]
     target = capacity["attainment_target"]
     points = []
-    for mode in ("concurrency", "request_rate"):
+    for mode in SEARCHES:
         for probe in (capacity.get(mode) or {}).get("probes", []):
             for metric, limit in slo.items():
                 value = probe["at_target_percentile_ms"][metric]
@@ -186,7 +180,7 @@ def slo_figure(capacity: dict):
         return None
 
     def draw(ax):
-        markers = {"concurrency": "o", "request rate": "s"}
+        markers = {"concurrency": "o", "request rate": "s", "users": "^"}
         for (search, latency), group in frame.groupby(["search", "latency"]):
             group = group.sort_values("load")
             label = f"{latency}, {search}"
@@ -245,11 +239,13 @@ def attainment_figure(capacity: dict, mode: str):
         ax.plot(frame["load"], frame["fitted"], color="#555555", lw=1, label="non-increasing fit")
         ax.axhline(target, color="#d9534f", lw=1.2, ls="--")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("requests in flight" if mode == "concurrency" else "request rate, req/s")
+        ax.set_xlabel(
+            {"concurrency": "requests in flight", "users": "users in chat sessions"}.get(mode, "request rate, req/s")
+        )
         ax.set_ylabel("attainment")
         ax.legend(fontsize=7, frameon=False)
 
-    name = "requests in flight" if mode == "concurrency" else "request rate"
+    name = SEARCHES[mode]
     return figure(
         f"Attainment against load ({name}), every probe, with the target",
         draw,
@@ -278,6 +274,7 @@ def view(capacity: dict | None) -> dict | None:
         for f in (
             attainment_figure(capacity, "concurrency"),
             attainment_figure(capacity, "request_rate"),
+            attainment_figure(capacity, "users"),
             slo_figure(capacity),
         )
         if f is not None
@@ -340,4 +337,39 @@ def view(capacity: dict | None) -> dict | None:
         "failed_runs": capacity.get("failed_runs", []),
         "rerun_method": next(iter(capacity.get("rerun_interval", {}).values()), {}).get("method"),
         "probes": probe_table(capacity),
+        "users": users_view(capacity),
+    }
+
+
+def users_view(capacity: dict) -> dict | None:
+    """The users search in Little's law's terms (docs/method.md#sessions); None where it did not run."""
+    users, sessions = capacity.get("users"), capacity.get("sessions")
+    if not users:
+        return None
+    predicted = users["predicted_from_concurrency"]
+    at = (users["at_capacity"] or {}).get("sessions")
+    source = sessions["conversations"]
+    return {
+        "capacity": capacity_text("users", users),
+        "think": f"{sessions['think_s']:g} s ({sessions['think']})",
+        "reply": "the model's own replies" if sessions["reply"] == "model" else "the recorded replies",
+        "source": f"{source['conversations']} synthetic conversations of {source['turns']} turns"
+        if source["kind"] == "synthetic"
+        else f"{source['conversations']} conversations ({source['turns']} turns) from {source['path']}",
+        "system_prompt_tokens": source["system_prompt_tokens"],
+        "predicted": predicted["value"],
+        "predicted_from": f"c={predicted['in_flight']}, R {predicted['response_s']:.2f} s"
+        if predicted["in_flight"] is not None
+        else None,
+        "at": {
+            "users": at["users"],
+            "in_flight": fmt(at["mean_in_flight"], 1),
+            "response_s": fmt(at["mean_response_s"], 2),
+            "think_s": fmt(at["mean_think_s"], 2),
+            "implied": fmt(at["users_from_littles_law"], 1),
+            "hit_rate": None if at["prefix_cache_hit_rate"] is None else f"{at['prefix_cache_hit_rate']:.0%}",
+        }
+        if at
+        else None,
+        "prefix_caching": {True: "on", False: "off", None: "the endpoint's own"}[sessions["prefix_caching"]],
     }

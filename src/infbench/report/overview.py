@@ -125,7 +125,7 @@ def speed_points(model: str, artifacts: dict) -> list[dict]:
                 "output tok/s per user": MS / figures["median_tpot_ms"]["mean"],
             }
         )
-    for mode in ("concurrency", "request_rate"):
+    for mode in SEARCHES:
         for probe in ((artifacts.get("capacity") or {}).get(mode) or {}).get("probes", []):
             if probe.get("median_tpot_ms"):
                 points.append(

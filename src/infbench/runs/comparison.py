@@ -227,7 +227,7 @@ def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | N
     return upper_tail((-math.log(1 + threshold) - math.log(gain)) / se_log, df)
 
 
-CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s"}
+CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s", "users": "users"}
 LOWER, HIGHER = "lower", "higher"
 CAPACITY_METHOD = (
     "where both runs ran the search at least twice (capacity.runs), every run's capacity within its probed range, "
@@ -266,7 +266,7 @@ def search_bounds(mode: str, search: dict) -> tuple[float, float] | None:
         if shaky == [False, True] and passing is not None:
             return passing, ABOVE
         if shaky == [True, False] and failing is not None:
-            return BELOW, failing - 1 if mode == "concurrency" else failing
+            return BELOW, failing if mode == "request_rate" else failing - 1
         if any(shaky):
             return BELOW, ABOVE
     estimate = search.get("estimate")

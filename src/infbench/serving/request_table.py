@@ -18,7 +18,7 @@ from infbench.serving.window import streamed_record
 COLUMNS = (
     "run", "measurement", "request_rate", "max_concurrency", "pass", "pass_started_unix", "counted", "request_id",
     "scheduled_s", "sent_s", "first_token_s", "last_token_s", "prompt_tokens", "max_tokens", "output_tokens",
-    "success", "met_slo", "failure_cause", "error",
+    "success", "met_slo", "failure_cause", "error", "user", "conversation", "turn", "think_s",
 )  # fmt: skip
 
 
@@ -60,6 +60,8 @@ def table_rows(records: list[tuple[dict, bool]], where: dict, slo_ms: dict) -> l
                 "met_slo": met_slo(record, slo_ms),
                 "failure_cause": None if done else failure_cause(record["error"]),
                 "error": record["error"],
+                **{key: record.get(key) for key in ("user", "conversation", "turn")},
+                "think_s": seconds(record.get("think_s")),
             }
         )
     return rows
@@ -90,20 +92,25 @@ def probe_rows(run, *, mode: str, load: float, api: str, burstiness: float, trac
                pass_number: int, slo_ms: dict) -> list[dict]:  # fmt: skip
     """The rows of a capacity probe's windowed pass (window.WindowRun): every request it sent,
     counted, uncounted or cancelled; run 1 (search_runs numbers a capacity stage's runs). The
-    probe is named as a serving level: c=8, rate=2.5/s, trace x1.5."""
-    closed = mode == "concurrency"
+    probe is named as a serving level: c=8, rate=2.5/s, trace x1.5; users: users=8, each turn
+    with its user, conversation, turn and the think time drawn before it."""
+    closed = mode != "request_rate"
     where = {
         "run": 1,
-        "measurement": level_case(
+        "measurement": f"users={int(load)}"
+        if mode == "users"
+        else level_case(
             None if closed else load, int(load) if closed else None, None if trace_scale else burstiness,
             api=api, trace_scale=trace_scale,
         ),
         "request_rate": None if closed else load,
-        "max_concurrency": int(load) if closed else None,
+        "max_concurrency": int(load) if mode == "concurrency" else None,
         "pass": pass_number,
         "pass_started_unix": unix_time(run.started),
     }  # fmt: skip
     records = [(streamed_record(s, run.started), counted) for s, counted in zip(run.results, run.counted)]
+    if run.turns is not None:
+        records = [({**record, **turn.to_json()}, counted) for (record, counted), turn in zip(records, run.turns)]
     return table_rows(records + [(r, False) for r in run.cancelled], where, slo_ms)
 
 

@@ -23,6 +23,7 @@ from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
 from infbench.engines.vllm_server import ServerError, empty_prefix_cache
 from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
+from infbench.serving.sessions import SessionPlan, users_loop
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class WindowRun:
     settled_early: bool = False  # the window closed before min_requests: its outcome was fixed
     closed_at_deadline: bool = False  # the window closed early at Window.deadline
     cancelled: list[dict] = field(default_factory=list)  # cancelled_record of each request cut off at the end
+    turns: list | None = None  # users in sessions: each result's sessions.TurnLog
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -285,10 +287,12 @@ async def run_window(
     api_key: str | None = None,
     scrape_metrics: bool = True,
     drain: bool = False,
+    users: SessionPlan | None = None,
 ) -> WindowRun:
     """One windowed pass from one client process: closed loop (`arrivals` None: `concurrency`
-    in flight) or open loop (requests sent on `arrivals`, at most `concurrency` in flight where
-    it is given, the ramp then lasting as many completions). A request is held to `timeout_s`,
+    in flight, or with `users` that many users in chat sessions, `supply` unused) or open loop
+    (requests sent on `arrivals`, at most `concurrency` in flight where it is given, the ramp
+    then lasting as many completions). A request is held to `timeout_s`,
     so the hold after the window ends within it. Once the last counted request has finished,
     nothing more is sent, and what is in flight is cancelled, or with `drain` left to finish
     (uncounted), so that every request the server timed is among the results."""
@@ -301,7 +305,10 @@ async def run_window(
             started = time.perf_counter()
             cpu_started = time.process_time()
             state = _Pass(window, concurrency or 1, started)
-            if arrivals is None:
+            logs = None
+            if users is not None:
+                tasks, logs = await users_loop(client, model, users, concurrency, state, seed)
+            elif arrivals is None:
                 tasks = await closed_loop(client, model, supply, concurrency, state, api)
             else:
                 tasks = await open_loop(client, model, supply, offsets, state, api, concurrency)
@@ -330,6 +337,7 @@ async def run_window(
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
         cancelled=[cancelled_record(*state.in_flight[i], started) for i in sorted(state.in_flight)],
+        turns=[logs[i] for i in finished] if logs is not None else None,
     )
 
 

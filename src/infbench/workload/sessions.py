@@ -1,0 +1,161 @@
+"""Conversations for users in multi-turn chat sessions, and the time a user thinks between a
+reply and their next turn: synthetic conversations (the workload's user turns behind one shared
+system prompt) or every turn of a ShareGPT file's conversations. See docs/method.md#sessions.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from infbench.workload.requests import PASSAGE, count_tokens, passage_text
+from infbench.workload.sources import WorkloadError, _records_json, read_jsonl_records
+
+# Tokens the chat template may add around one message (SmolLM2's adds 5, Llama 3's 4-5): a
+# turn is sent only where the conversation so far, its new turn with this much on each of the
+# two new messages, and its output fit max_model_len.
+MESSAGE_SLACK = 8
+USER_ROLES, REPLY_ROLES = ("human", "user"), ("gpt", "assistant", "chatgpt", "bard", "model")
+
+
+@dataclass(frozen=True)
+class Turn:
+    user: str
+    user_tokens: int
+    max_tokens: int  # its output length: the recorded reply's tokens (ShareGPT) or the workload row's
+    reply: str | None = None  # the recorded reply, carried into later turns where sessions.reply is recorded
+    reply_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    system: str | None
+    system_tokens: int
+    turns: tuple[Turn, ...]
+
+    def first_prompt_tokens(self) -> int:
+        return self.system_tokens + self.turns[0].user_tokens + 2 * MESSAGE_SLACK
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "turns": len(self.turns), "system_tokens": self.system_tokens}
+
+
+@dataclass(frozen=True)
+class ThinkTime:
+    """Seconds a user reads and types between a reply's end and their next turn: `fixed` at the
+    mean, or `exponential` with that mean, drawn from each user's own seeded generator."""
+
+    mean_s: float
+    distribution: str = "exponential"
+
+    def draw(self, rng: random.Random) -> float:
+        if self.distribution == "fixed" or self.mean_s == 0:
+            return self.mean_s
+        return rng.expovariate(1 / self.mean_s)
+
+    def first(self, rng: random.Random) -> float:
+        """A user's wait before their first turn, so that users arrive spread as in a steady
+        state: the residual of a think time (exponential: the same law; fixed: uniform)."""
+        return self.draw(rng) if self.distribution == "exponential" else rng.uniform(0, self.mean_s)
+
+
+def fits(conversation_tokens: int, turn: Turn, max_model_len: int) -> bool:
+    """Whether `turn` can follow a conversation of this many tokens (the earlier turns and
+    replies, template included) within max_model_len."""
+    return conversation_tokens + turn.user_tokens + 2 * MESSAGE_SLACK + turn.max_tokens <= max_model_len
+
+
+def synthetic_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int):
+    """Conversations of `turns` user turns, each a pool row's user text and output length in the
+    pool's order, behind one system prompt of about `system_prompt_tokens` tokens that every
+    conversation shares; one conversation per `turns` rows. Each turn's recorded reply is text
+    of its output length cut from the passage."""
+    rng = random.Random(seed)
+    ids = tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
+    system = None
+    if settings["system_prompt_tokens"]:
+        system = passage_text(tokenizer, ids, rng.randrange(len(ids)), settings["system_prompt_tokens"])
+    system_tokens = count_tokens(tokenizer, system) if system else 0
+    turns = []
+    for row in pool[: len(pool) // settings["turns"] * settings["turns"]]:
+        text, length = row["messages"][-1]["content"], row["max_tokens"]
+        reply = passage_text(tokenizer, ids, rng.randrange(len(ids)), length)
+        turns.append(Turn(text, count_tokens(tokenizer, text), length, reply, count_tokens(tokenizer, reply)))
+    per = settings["turns"]
+    conversations = [
+        Conversation(f"synthetic-{index:05d}", system, system_tokens, tuple(turns[index * per : (index + 1) * per]))
+        for index in range(len(turns) // per)
+    ]
+    return [c for c in conversations if fits(system_tokens, c.turns[0], max_model_len)]
+
+
+def sharegpt_records(path: Path) -> list:
+    if not path.is_file():
+        raise WorkloadError(f"sessions.source: no file at {path}; give a ShareGPT .json or .jsonl file, or synthetic")
+    return read_jsonl_records(path) if path.suffix.lower() == ".jsonl" else _records_json(path)
+
+
+def sharegpt_conversations(tokenizer, path: Path, max_model_len: int) -> tuple[list[Conversation], dict]:
+    """Every turn of each ShareGPT conversation: a leading system message is its system prompt,
+    then each user message with the reply after it is a turn whose output length is that
+    reply's token count. A conversation ends at its first message out of that order, and where
+    its turns outgrow max_model_len; one with no whole turn is skipped. A row that is not a
+    conversation stops with its row and field named. Returns the conversations and the counts."""
+    records = sharegpt_records(path)
+    conversations, counts = [], {"rows": len(records), "without_a_turn": 0, "cut_short": 0, "turns": 0}
+    for number, record in enumerate(records, start=1):
+        messages = record.get("conversations") if isinstance(record, dict) else None
+        if not isinstance(messages, list):
+            raise WorkloadError(f"{path}: row {number} has no 'conversations' list; is this a ShareGPT file?")
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("value"), str):
+                raise WorkloadError(f"{path}: row {number}, conversations[{index}] has no text 'value'")
+        system = None
+        if messages and messages[0].get("from") == "system":
+            system, messages = messages[0]["value"], messages[1:]
+        system_tokens = count_tokens(tokenizer, system) if system else 0
+        turns, context, cut = [], system_tokens, False
+        for user, reply in zip(messages[::2], messages[1::2]):
+            if user.get("from") not in USER_ROLES or reply.get("from") not in REPLY_ROLES or not user["value"].strip():
+                cut = True
+                break
+            reply_tokens = max(1, count_tokens(tokenizer, reply["value"]))
+            turn = Turn(
+                user["value"], count_tokens(tokenizer, user["value"]), reply_tokens, reply["value"], reply_tokens
+            )
+            if not fits(context, turn, max_model_len):
+                cut = True
+                break
+            turns.append(turn)
+            context += turn.user_tokens + reply_tokens + 2 * MESSAGE_SLACK
+        if not turns:
+            counts["without_a_turn"] += 1
+            continue
+        counts["cut_short"] += cut
+        counts["turns"] += len(turns)
+        conversations.append(Conversation(f"sharegpt-row{number}", system, system_tokens, tuple(turns)))
+    counts["conversations"] = len(conversations)
+    if not conversations:
+        raise WorkloadError(
+            f"{path}: none of its {len(records)} conversations has a user turn and its reply that fit "
+            f"engine.max_model_len = {max_model_len}; give conversations of human and gpt turns"
+        )
+    return conversations, counts
+
+
+def build_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int):
+    """The sessions' conversations and where they came from (`source` in the artifact)."""
+    if settings["source"] == "synthetic":
+        conversations = synthetic_conversations(tokenizer, pool, settings, max_model_len, seed)
+        if not conversations:
+            raise WorkloadError(
+                f"sessions: no synthetic conversation's first turn fits engine.max_model_len = {max_model_len}; "
+                "lower sessions.system_prompt_tokens"
+            )
+        source = {"kind": "synthetic", "conversations": len(conversations), "turns": settings["turns"]}
+    else:
+        conversations, counts = sharegpt_conversations(tokenizer, Path(settings["source"]), max_model_len)
+        source = {"kind": "sharegpt", "path": settings["source"], **counts}
+    return conversations, {**source, "system_prompt_tokens": conversations[0].system_tokens}

@@ -1,0 +1,264 @@
+"""Users in chat sessions (docs/method.md#sessions) on the reference server, whose schedule is
+known and which counts a prompt a word a token: each user's turns carry the conversation so far
+and follow the think time drawn, Little's law holds over a window, the users search finds a
+capacity from Little's law's start; and the conversations read from ShareGPT (every turn) or
+built from the workload."""
+
+import asyncio
+import json
+import random
+import re
+from collections import defaultdict
+
+import pytest
+from conftest import check_probes, searched
+from timing import SchedulingJitter
+
+from infbench.capacity.checks import users_held
+from infbench.core.errors import UserError
+from infbench.report.capacity import users_view
+from infbench.serving.reference_server import ReferenceServer, Schedule
+from infbench.serving.request_table import probe_rows
+from infbench.serving.sessions import SessionPlan, session_figures
+from infbench.serving.window import Window, run_window
+from infbench.workload.sessions import (
+    MESSAGE_SLACK,
+    Conversation,
+    ThinkTime,
+    Turn,
+    sharegpt_conversations,
+    synthetic_conversations,
+)
+
+USER_WORDS = 4  # "question i k please"
+
+
+class WordTokenizer:
+    """A token a word, as the reference server counts them; decode joins words."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": text.split()}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(ids)
+
+
+def conversations(count=60, turns=4, output=6, reply_words=3, system="you are helpful") -> list[Conversation]:
+    return [
+        Conversation(
+            f"c{i}",
+            system,
+            len(system.split()),
+            tuple(
+                Turn(f"question {i} {k} please", USER_WORDS, output, "b " * reply_words, reply_words)
+                for k in range(turns)
+            ),
+        )  # fmt: skip
+        for i in range(count)
+    ]
+
+
+def users_pass(server, plan, users=4, window=None):
+    window = window or Window(3.0, 30)
+    return asyncio.run(
+        run_window(server.base_url, "m", iter(()), window=window, concurrency=users, arrivals=None, seed=0,
+                   interval_s=0.05, timeout_s=30, users=plan)
+    )  # fmt: skip
+
+
+def by_conversation(run) -> dict:
+    """Each drawn conversation's turns (result, log) in turn order, keyed by its request id's draw."""
+    held = defaultdict(list)
+    for streamed, log in zip(run.results, run.turns):
+        held[streamed.result.request_id.split("/")[0], streamed.result.request_id.split("#")[1]].append((streamed, log))
+    return held
+
+
+@pytest.mark.parametrize("reply", ["model", "recorded"])
+def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tmp_path, reply):
+    plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), reply, 512, seed=0)
+    schedule = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server, SchedulingJitter() as jitter:
+        run = users_pass(server, plan, window=Window(2.0, 24))
+    held = by_conversation(run)
+    assert len(held) >= 4 and sum(run.counted) >= 24
+    for turns in held.values():
+        assert [log.turn for _, log in turns] == list(range(1, len(turns) + 1))
+        assert len({log.user for _, log in turns}) == 1  # one user holds a conversation
+        first = turns[0][0].result
+        assert first.prompt_tokens == 3 + USER_WORDS  # the system prompt and the first question
+        for (earlier, _), (later, _) in zip(turns, turns[1:]):
+            carried = earlier.result.output_tokens if reply == "model" else 3  # the recorded reply's words
+            assert later.result.prompt_tokens == earlier.result.prompt_tokens + carried + USER_WORDS
+    # A user sends its next turn the drawn think time after its reply ended, never before it, and
+    # later only by what the machine's scheduling delays in this same test allow.
+    late_allowed = 0.01 + 2 * jitter.max_s
+    ends = {}
+    for streamed, log in zip(run.results, run.turns):
+        if log.user in ends:
+            waited = streamed.sent_at - ends[log.user]
+            assert log.think_s - 0.002 <= waited <= log.think_s + late_allowed, (log, waited)
+        ends[log.user] = streamed.sent_at + streamed.result.e2el
+    figures = session_figures(run, 4)
+    assert figures["mean_think_drawn_s"] == pytest.approx(0.2)
+    assert figures["users_from_littles_law"] == pytest.approx(4, rel=0.15)
+    # The request table names each turn's user, conversation, turn and think time.
+    rows = probe_rows(run, mode="users", load=4, api="chat", burstiness=1.0, trace_scale=None, pass_number=1,
+                      slo_ms={"ttft": 1000})  # fmt: skip
+    assert {(r["measurement"], r["request_rate"], r["max_concurrency"]) for r in rows} == {("users=4", None, None)}
+    sent = [r for r in rows if r["failure_cause"] != "cancelled"]
+    assert all(r["user"] is not None and r["turn"] >= 1 and r["think_s"] is not None for r in sent)
+    assert len(rows) == run.sent
+
+
+def test_a_conversation_ends_where_its_next_turn_would_not_fit_max_model_len(tmp_path):
+    # 3 + 4 + 6 = 13 tokens after turn 1, 23 after turn 2; a turn needs its question, two messages'
+    # slack and 6 output tokens: the third would need 23 + 4 + 16 + 6 = 49 > 45.
+    max_model_len = 13 + USER_WORDS + 2 * MESSAGE_SLACK + 6 + 5
+    plan = SessionPlan(conversations(), ThinkTime(0.05, "fixed"), "model", max_model_len, seed=0)
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=10, itl_ms=5)) as server:
+        run = users_pass(server, plan, users=2, window=Window(1.0, 10))
+    held = by_conversation(run)
+    assert max(len(turns) for turns in held.values()) == 2
+    assert all(s.result.success for s in run.results)
+
+
+def test_think_times_are_seeded_per_user_with_the_mean_asked():
+    think = ThinkTime(2.0, "exponential")
+    draws = [think.draw(random.Random("0-1")) for _ in range(3)]
+    assert draws == [think.draw(random.Random("0-1")) for _ in range(3)]
+    rng = random.Random("0-2")
+    many = [think.draw(rng) for _ in range(4000)]
+    assert sum(many) / len(many) == pytest.approx(2.0, rel=0.06)
+    assert ThinkTime(2.0, "fixed").draw(rng) == 2.0
+    assert 0 <= ThinkTime(2.0, "fixed").first(rng) <= 2.0
+
+
+def write_sharegpt(path, rows):
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def message(role, text):
+    return {"from": role, "value": text}
+
+
+def test_sharegpt_gives_every_turn_and_counts_what_it_left_out(tmp_path):
+    rows = [
+        {"conversations": [message("system", "be brief"), message("human", "one two"), message("gpt", "a b c"),
+                           message("human", "three"), message("gpt", "d e"), message("human", "dangling")]},
+        {"conversations": [message("human", "only a question")]},  # no whole turn
+        {"conversations": [message("human", "x y"), message("gpt", "z"), message("human", "again"),
+                           message("human", "out of order"), message("gpt", "w")]},
+        {"conversations": [message("human", "long " * 40), message("gpt", "r")]},  # does not fit
+    ]  # fmt: skip
+    found, counts = sharegpt_conversations(WordTokenizer(), write_sharegpt(tmp_path / "chats.json", rows), 48)
+    assert [c.id for c in found] == ["sharegpt-row1", "sharegpt-row3"]
+    first = found[0]
+    assert first.system == "be brief" and first.system_tokens == 2
+    assert [(t.user, t.max_tokens, t.reply) for t in first.turns] == [("one two", 3, "a b c"), ("three", 2, "d e")]
+    assert len(found[1].turns) == 1
+    assert counts == {"rows": 4, "without_a_turn": 2, "cut_short": 1, "turns": 3, "conversations": 2}
+
+
+@pytest.mark.parametrize(
+    ("rows", "named"),
+    [
+        ([{"conversations": [message("human", "a"), message("gpt", "b")]}, {"text": "no conversations"}], "row 2"),
+        ([{"conversations": [message("human", "a"), {"from": "gpt"}]}], "row 1, conversations[1]"),
+        ([{"conversations": [message("human", "a " * 80), message("gpt", "b")]}], "none of its 1 conversations"),
+    ],
+)
+def test_a_sharegpt_file_that_is_not_conversations_stops_with_its_row_named(tmp_path, rows, named):
+    path = write_sharegpt(tmp_path / "chats.json", rows)
+    with pytest.raises(UserError, match=re.escape(named)) as raised:
+        sharegpt_conversations(WordTokenizer(), path, 64)
+    assert len(str(raised.value).splitlines()) == 1
+    with pytest.raises(UserError, match="no file at"):
+        sharegpt_conversations(WordTokenizer(), tmp_path / "missing.json", 64)
+
+
+def test_synthetic_conversations_are_the_pools_turns_behind_one_system_prompt():
+    pool = [{"messages": [{"role": "user", "content": f"ask {i}"}], "max_tokens": 5 + i % 3} for i in range(10)]
+    settings = {"turns": 3, "system_prompt_tokens": 8}
+    found = synthetic_conversations(WordTokenizer(), pool, settings, 256, seed=0)
+    assert len(found) == 3 and all(len(c.turns) == 3 for c in found)  # the tenth row makes no whole conversation
+    assert len({c.system for c in found}) == 1 and found[0].system_tokens == 8
+    assert [t.user for c in found for t in c.turns] == [f"ask {i}" for i in range(9)]
+    assert all(t.reply_tokens == t.max_tokens for c in found for t in c.turns)
+
+
+@pytest.mark.slow  # a server start and a users search of a few probes
+def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(tmp_path):
+    # TPOT about 2 + 2c ms: under the 17 ms SLO up to 7 requests running, over it from 8.
+    schedule = Schedule(ttft_ms=10, itl_ms=2, itl_ms_per_running=2, max_num_seqs=64)
+    settings = {
+        "attainment": 0.9, "window_s": 1.0, "window_requests": 40, "repeats": 1, "start_concurrency": 4,
+        "max_concurrency": 16, "max_probes": 4, "tolerance": 0.2, "rate": False, "min_rate": 0.1, "runs": 1,
+        "max_search_s": 300,
+    }  # fmt: skip
+    load = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 150, "tpot": 17}}
+    pool = [
+        {"id": f"r{i}", "prompt": "p", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"} for i in range(2000)
+    ]
+    plan = SessionPlan(conversations(count=200, output=8), ThinkTime(0.05, "fixed"), "model", 4096, seed=0)
+    record = searched(tmp_path, schedule, pool, settings, load, sessions=plan, max_users=64)
+    concurrency, users = record["concurrency"], record["users"]
+    predicted = users["predicted_from_concurrency"]
+    at = concurrency["at_capacity"]
+    response_s = at["median_e2el_ms"] / 1000
+    assert predicted["in_flight"] == concurrency["capacity"]
+    assert predicted["value"] == round(concurrency["capacity"] * (response_s + 0.05) / response_s)
+    assert users["probes"][0]["load"] == predicted["value"]
+    assert users["capacity"] is not None and users["first_failing"] is not None
+    check_probes(users["probes"], settings, settings["attainment"])
+    for probe in users["probes"]:  # every probe held its users: Little's law within its window's edges
+        figures = probe["sessions"]
+        assert figures["users"] == probe["load"]
+        assert figures["users_from_littles_law"] == pytest.approx(probe["load"], rel=0.2)
+    # Users think, so as many users as the concurrency capacity keep fewer in flight: met. But
+    # their turns bunch, and the SLO breaks where the server runs 8 at once, so the users search
+    # ends at or below Little's law's prediction with fewer than the capacity in flight on average.
+    assert concurrency["capacity"] <= users["capacity"] <= predicted["value"]
+    assert users["at_capacity"]["sessions"]["mean_in_flight"] <= concurrency["capacity"]
+    rows = [r for r in record["requests"] if r["measurement"].startswith("users=")]
+    assert rows and all(r["conversation"] for r in rows if r["failure_cause"] != "cancelled")
+    # The report states the users capacity with Little's law as the probe at it measured it.
+    source = {"kind": "synthetic", "conversations": 200, "turns": 4, "system_prompt_tokens": 3}
+    sessions = {"think_s": 0.05, "think": "fixed", "reply": "model", "prefix_caching": False, "conversations": source}
+    shown = users_view({**record, "sessions": sessions})
+    at = users["at_capacity"]["sessions"]
+    assert shown["capacity"] == f"{users['capacity']} users" and shown["prefix_caching"] == "off"
+    assert shown["at"]["implied"] == f"{at['users_from_littles_law']:.1f}" and shown["predicted"] == predicted["value"]
+
+
+def users_search(*figures) -> dict:
+    return {"probes": [{"load": users, "sessions": sessions} for users, sessions in figures]}
+
+
+def figures(users, implied, taken=2.0, drawn=2.0) -> tuple[int, dict]:
+    return users, {"users_from_littles_law": implied, "mean_think_s": taken, "mean_think_drawn_s": drawn}
+
+
+def test_a_probe_that_did_not_hold_its_users_is_flagged():
+    assert users_held(users_search(figures(10, 9.0), figures(20, 23.0)))["status"] == "pass"
+    off = users_held(users_search(figures(10, 9.0), figures(20, 15.0)))  # L x (R + Z) / R: 5 users short
+    assert off["status"] == "warn" and off["value"] == 1 and "20 users: Little's law gives 15.0" in off["detail"]
+    late = users_held(users_search(figures(10, 10.0, taken=2.5)))  # a client late to its users' turns
+    assert late["status"] == "warn" and "users thought 2.50 s, 2.00 s drawn" in late["detail"]
+    assert users_held(users_search(figures(1, None, taken=None, drawn=None)))["status"] == "pass"  # one turn each
+
+
+def test_a_client_late_to_its_users_turns_is_seen_by_its_own_pass(tmp_path, monkeypatch):
+    """Planted: every think sleep a client takes lasts 1.5 times the drawn think time."""
+    import infbench.serving.sessions as sessions
+
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(sessions.asyncio, "sleep", lambda seconds: real_sleep(1.5 * seconds))
+    plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512, seed=0)
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
+        run = users_pass(server, plan, window=Window(1.5, 16))
+    late = session_figures(run, 4)
+    assert late["mean_think_s"] == pytest.approx(0.3, abs=0.03)
+    check = users_held(users_search((4, late)))
+    assert check["status"] == "warn" and "users thought" in check["detail"]
