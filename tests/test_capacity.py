@@ -53,6 +53,9 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
             carried += 1
     assert carried > 0
     assert all(p["sessions"]["users"] == p["load"] and p["sessions"]["mean_in_flight"] > 0 for p in users)
+    # The KV simulator's prediction for sessions, on vLLM's own pool.
+    predicted_kv = capacity["users"]["predicted_kv"]
+    assert predicted_kv["in_flight"] >= 1 and predicted_kv["mean_blocks_per_turn"] >= 1
     # Every probe with vLLM's /metrics: its windows' peaks and the scrapes they were read from.
     for probe in search["probes"]:
         assert probe["peak_num_requests_running"] >= 1, probe["load"]

@@ -15,6 +15,7 @@ from conftest import check_probes, searched
 from timing import SchedulingJitter
 
 from infbench.capacity.checks import users_held
+from infbench.capacity.measure import users_kv_limit
 from infbench.core.errors import UserError
 from infbench.report.capacity import users_view
 from infbench.serving.reference_server import ReferenceServer, Schedule
@@ -28,6 +29,7 @@ from infbench.workload.sessions import (
     Turn,
     sharegpt_conversations,
     synthetic_conversations,
+    turn_footprints,
 )
 
 USER_WORDS = 4  # "question i k please"
@@ -210,6 +212,7 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     assert predicted["in_flight"] == concurrency["capacity"]
     assert predicted["value"] == round(concurrency["capacity"] * (response_s + 0.05) / response_s)
     assert users["probes"][0]["load"] == predicted["value"]
+    assert users["predicted_kv"] is None  # the search was given no KV facts
     assert users["capacity"] is not None and users["first_failing"] is not None
     check_probes(users["probes"], settings, settings["attainment"])
     for probe in users["probes"]:  # every probe held its users: Little's law within its window's edges
@@ -228,7 +231,7 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     sessions = {"think_s": 0.05, "think": "fixed", "reply": "model", "prefix_caching": False, "conversations": source}
     shown = users_view({**record, "sessions": sessions})
     at = users["at_capacity"]["sessions"]
-    assert shown["capacity"] == f"{users['capacity']} users" and shown["prefix_caching"] == "off"
+    assert f"{users['capacity']} users" in shown["capacity"] and shown["prefix_caching"] == "off"
     assert shown["at"]["implied"] == f"{at['users_from_littles_law']:.1f}" and shown["predicted"] == predicted["value"]
 
 
@@ -262,3 +265,19 @@ def test_a_client_late_to_its_users_turns_is_seen_by_its_own_pass(tmp_path, monk
     assert late["mean_think_s"] == pytest.approx(0.3, abs=0.03)
     check = users_held(users_search((4, late)))
     assert check["status"] == "warn" and "users thought" in check["detail"]
+
+
+def test_the_kv_prediction_for_sessions_counts_each_turn_with_its_conversation_so_far():
+    conversation = conversations(count=1, turns=3, output=6)[0]  # a 3-word system prompt, 4-word turns
+    slack = 2 * MESSAGE_SLACK
+    model = turn_footprints(conversation, "model", 512)
+    assert model == [(3 + 4 + slack, 6), (29 + 4 + slack, 6), (55 + 4 + slack, 6)]  # each reply its 6 tokens
+    recorded = turn_footprints(conversation, "recorded", 512)
+    assert recorded == [(23, 6), (23 + 3 + 4 + slack, 6), (46 + 3 + 4 + slack, 6)]  # each reply its 3 words
+    assert len(turn_footprints(conversation, "model", 60)) == 2  # the third turn would need 81 + 6 tokens
+    # Blocks of 16: 2, 4 and 6 a conversation; 25 blocks (one is vLLM's null block) hold 6 turns.
+    plan = SessionPlan(conversations(count=3, turns=3, output=6), ThinkTime(1.5), "model", 512, seed=0)
+    search = {"at_capacity": {"sessions": {"mean_response_s": 0.5, "mean_think_s": 1.5}}, "probes": []}
+    predicted = users_kv_limit(plan, {"block_size": 16, "num_blocks": 25}, 512, search)
+    assert predicted["in_flight"] == 6 and predicted["mean_blocks_per_turn"] == 4
+    assert predicted["users"] == pytest.approx(6 * (0.5 + 1.5) / 0.5)

@@ -19,9 +19,10 @@ from infbench.engines.external_endpoint import EndpointError
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.vllm_server import ServerError
 from infbench.kv.capacity_bounds import kv_full_usage, kv_limit_agreement, predicted_kv_concurrency
-from infbench.serving.client import load_request
+from infbench.serving.client import LoadRequest, load_request
 from infbench.serving.sessions import SessionPlan
 from infbench.serving.window import Window
+from infbench.workload.sessions import turn_footprints
 
 # Open-loop windows last at least this many median E2E latencies (of the closed loop at its
 # capacity): long enough for a queue to build where the server cannot keep up.
@@ -166,6 +167,7 @@ def search_capacity(
         )
         found["users"] = search_record("users", users, time.perf_counter() - started)
         found["users"]["predicted_from_concurrency"] = predicted_users
+        found["users"]["predicted_kv"] = users_kv_limit(sessions, kv, max_model_len, found["users"]) if kv else None
     found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found
 
@@ -180,6 +182,31 @@ def users_from_concurrency(concurrency: dict, think_s: float, ceiling: int) -> d
     response_s = at["median_e2el_ms"] / MS
     value = max(1, min(ceiling, round(concurrency["capacity"] * (response_s + think_s) / response_s)))
     return {"value": value, "in_flight": concurrency["capacity"], "response_s": response_s, "think_s": think_s}
+
+
+def users_kv_limit(sessions: SessionPlan, kv: dict, max_model_len: int, search: dict) -> dict:
+    """The KV simulator's prediction for sessions (docs/method.md#sessions): the turns that fit
+    the pool at once at their peak footprints, each turn's prompt carrying its conversation so
+    far (every conversation's turns in order), and the users that many in flight would be by
+    Little's law with the R and Z measured at the users capacity (at the lowest probe where none
+    met). Thinking users hold no blocks (with prefix caching their cached blocks are evictable)."""
+    turns = [
+        LoadRequest(conversation.id, "", prompt, output)
+        for conversation in sessions.conversations
+        for prompt, output in turn_footprints(conversation, sessions.reply, max_model_len)
+    ]
+    in_flight = predicted_kv_concurrency(turns, kv, max_model_len)
+    at = search["at_capacity"] or min(search["probes"], key=lambda probe: probe["load"])
+    response_s, think_s = at["sessions"]["mean_response_s"], at["sessions"]["mean_think_s"]
+    users = in_flight["value"] * (response_s + think_s) / response_s if response_s and think_s is not None else None
+    return {
+        "in_flight": in_flight["value"],
+        "mean_blocks_per_turn": in_flight["mean_blocks_per_request"],
+        "users": users,
+        "response_s": response_s,
+        "think_s": think_s,
+        "formula": f"{in_flight['formula']}, over every conversation's turns; users = that x (R + Z) / R",
+    }
 
 
 def search_runs(runs: int, new_server, search_on, progress=print) -> dict:

@@ -372,4 +372,11 @@ def users_view(capacity: dict) -> dict | None:
         if at
         else None,
         "prefix_caching": {True: "on", False: "off", None: "the endpoint's own"}[sessions["prefix_caching"]],
+        "kv": {
+            "in_flight": users["predicted_kv"]["in_flight"],
+            "blocks": fmt(users["predicted_kv"]["mean_blocks_per_turn"], 1),
+            "users": fmt(users["predicted_kv"]["users"], 0),
+        }
+        if users.get("predicted_kv")
+        else None,
     }

@@ -61,6 +61,20 @@ class ThinkTime:
         return self.draw(rng) if self.distribution == "exponential" else rng.uniform(0, self.mean_s)
 
 
+def turn_footprints(conversation: Conversation, reply: str, max_model_len: int) -> list[tuple[int, int]]:
+    """(prompt tokens, output tokens) of each turn a user sends of this conversation, the prompt
+    carrying the earlier turns and replies (the model's reply is its max_tokens: the client sends
+    ignore_eos), as the client estimates them; the turns that fit max_model_len."""
+    context, footprints = conversation.system_tokens, []
+    for place, turn in enumerate(conversation.turns):
+        if place and not fits(context, turn, max_model_len):
+            break
+        prompt = context + turn.user_tokens + 2 * MESSAGE_SLACK
+        footprints.append((prompt, turn.max_tokens))
+        context = prompt + (turn.reply_tokens if reply == "recorded" else turn.max_tokens)
+    return footprints
+
+
 def fits(conversation_tokens: int, turn: Turn, max_model_len: int) -> bool:
     """Whether `turn` can follow a conversation of this many tokens (the earlier turns and
     replies, template included) within max_model_len."""
