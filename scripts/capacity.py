@@ -25,8 +25,10 @@ def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_l
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    Prompts(tokenizer, "chat")  # sessions run through the chat template: a model without one stops here
-    conversations, source = build_conversations(tokenizer, pool, settings, max_model_len, seed)
+    prompts = Prompts(tokenizer, "chat")  # sessions run through the chat template: a model without one stops here
+    conversations, source = build_conversations(
+        tokenizer, pool, settings, max_model_len, seed, lambda messages: prompts.render_messages(messages)[1]
+    )
     think = ThinkTime(settings["think_s"], settings["think"])
     return SessionPlan(conversations, think, settings["reply"], max_model_len, seed), source
 

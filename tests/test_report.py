@@ -371,8 +371,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
             "capacity": "12 users",
             "think": "2 s (exponential)",
             "reply": "the recorded replies",
-            "source": "10 conversations (30 turns) from chats.json",
-            "system_prompt_tokens": 0,
+            "source": "10 conversations (30 turns, 2 with a system prompt) from chats.json",
             "predicted": 14,
             "predicted_from": None,
             "at": {
@@ -382,8 +381,11 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
                 "think_s": "2.00",
                 "implied": "12.0",
                 "hit_rate": "40%",
+                "mean_turn": "2.5",
+                "mean_prompt_tokens": "300",
             },
             "prefix_caching": "on",
+            "kv": {"in_flight": 20, "blocks": "3.5", "users": "90"},
         },
     }
     serve = {

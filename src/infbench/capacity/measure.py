@@ -85,7 +85,10 @@ def search_capacity(
         predicted_kv_concurrency([load_request(r, 0) for r in prober.supply.rows], kv, max_model_len) if kv else None
     )
     pool_requests = [load_request(r, 0) for r in pool]
-    full_usage = kv_full_usage(pool_requests, kv)
+    # The KV usage at which the largest request (a users search: the largest turn) no longer fits.
+    full_usage = {"concurrency": kv_full_usage(pool_requests, kv), "request_rate": kv_full_usage(pool_requests, kv)}
+    if sessions is not None:
+        full_usage["users"] = kv_full_usage(session_turns(sessions), kv)
 
     def search_record(mode: str, result, seconds: float) -> dict:
         by_load = {p.load: p.record for p in result.probes}
@@ -97,7 +100,7 @@ def search_capacity(
         if by_load[where]["client_limited"]:
             binding = {"limit": "client", "evidence": client_evidence(by_load[where])}
         else:
-            binding = binding_limit(by_load[where], kv_full_usage=full_usage, max_num_seqs=max_num_seqs)
+            binding = binding_limit(by_load[where], kv_full_usage=full_usage[mode], max_num_seqs=max_num_seqs)
         record["binding"] = {"at": where, **binding}
         record["kv_limit"] = (
             kv_limit_agreement(by_load[where]["peak_num_requests_running"], pool_requests, kv, predicted["value"])
@@ -174,14 +177,24 @@ def search_capacity(
 
 def users_from_concurrency(concurrency: dict, think_s: float, ceiling: int) -> dict:
     """The users search's start: Little's law from the concurrency capacity C, users = C x (R + Z)
-    / R with R the median E2E latency there and Z the mean think time (docs/method.md#sessions);
-    1 where no concurrency met the SLO. Sessions' prompts grow turn by turn, so R is a guess."""
+    / R, with R = C / X the mean response time there (X its completed requests a second) and Z
+    the mean think time (docs/method.md#sessions); 1 where no concurrency met the SLO."""
     at = concurrency["at_capacity"]
-    if not at or not at.get("median_e2el_ms"):
+    completed = at["request_throughput"]["mean"] if at else 0.0
+    if not completed:
         return {"value": 1, "in_flight": None, "response_s": None, "think_s": think_s}
-    response_s = at["median_e2el_ms"] / MS
+    response_s = concurrency["capacity"] / completed
     value = max(1, min(ceiling, round(concurrency["capacity"] * (response_s + think_s) / response_s)))
     return {"value": value, "in_flight": concurrency["capacity"], "response_s": response_s, "think_s": think_s}
+
+
+def session_turns(sessions: SessionPlan) -> list[LoadRequest]:
+    """Every conversation's turns in order, each at its footprint (workload.sessions.turn_footprints)."""
+    return [
+        LoadRequest(conversation.id, "", prompt, output)
+        for conversation in sessions.conversations
+        for prompt, output in turn_footprints(conversation, sessions.reply, sessions.max_model_len)
+    ]
 
 
 def users_kv_limit(sessions: SessionPlan, kv: dict, max_model_len: int, search: dict) -> dict:
@@ -190,12 +203,7 @@ def users_kv_limit(sessions: SessionPlan, kv: dict, max_model_len: int, search: 
     far (every conversation's turns in order), and the users that many in flight would be by
     Little's law with the R and Z measured at the users capacity (at the lowest probe where none
     met). Thinking users hold no blocks (with prefix caching their cached blocks are evictable)."""
-    turns = [
-        LoadRequest(conversation.id, "", prompt, output)
-        for conversation in sessions.conversations
-        for prompt, output in turn_footprints(conversation, sessions.reply, max_model_len)
-    ]
-    in_flight = predicted_kv_concurrency(turns, kv, max_model_len)
+    in_flight = predicted_kv_concurrency(session_turns(sessions), kv, max_model_len)
     at = search["at_capacity"] or min(search["probes"], key=lambda probe: probe["load"])
     response_s, think_s = at["sessions"]["mean_response_s"], at["sessions"]["mean_think_s"]
     users = in_flight["value"] * (response_s + think_s) / response_s if response_s and think_s is not None else None

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 
 from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
-from infbench.core.capacity_terms import LAG_GROWTH_BEHIND
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, THINK_LATE
 from infbench.core.checks import CLIENT_FAIL
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -96,11 +96,12 @@ class PassRecord:
 
     measured: MeasuredPass
     met_slo: int
-    users: int | None = None  # a pass of users in sessions: how many
+    sessions: dict | None = None  # a pass of users in sessions: its sessions.session_figures
 
     @classmethod
     def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
-        return cls(measured, sum(meets_slo(r, slo_ms) for r in measured.counted), users)
+        met = sum(meets_slo(r, slo_ms) for r in measured.counted)
+        return cls(measured, met, session_figures(measured.run, users) if users is not None else None)
 
     @property
     def requests(self) -> int:
@@ -112,7 +113,11 @@ class PassRecord:
 
     @property
     def client_behind(self) -> bool:
-        """Its send lag grew by over LAG_GROWTH_BEHIND of its window."""
+        """Open loop: its send lag grew by over LAG_GROWTH_BEHIND of its window. Users: they took
+        their turns late, thinking over THINK_LATE longer than drawn."""
+        if self.sessions is not None:
+            taken, drawn = self.sessions["mean_think_s"], self.sessions["mean_think_drawn_s"]
+            return bool(drawn) and taken > (1 + THINK_LATE) * drawn
         growth, window_s = self.measured.send_lag_growth_s, self.measured.run.window_s
         return growth is not None and window_s > 0 and growth > LAG_GROWTH_BEHIND * window_s
 
@@ -164,7 +169,7 @@ class PassRecord:
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
             # The window's scrapes: the binding limit is read from values that co-occurred.
             "metrics_series": in_window,
-            **({"sessions": session_figures(run, self.users)} if run.turns is not None else {}),
+            **({"sessions": self.sessions} if self.sessions is not None else {}),
         }
 
 
@@ -252,7 +257,10 @@ def pooled_sessions(passes: list[dict]) -> dict:
 def client_evidence(record: dict) -> str:
     """Why a client-limited probe's client was the limit: the reasons that counted (client_limits)."""
     reasons = {
-        "behind": "it fell behind its schedule, so this load was not offered",
+        "behind": f"its users took their turns late (thinking over {THINK_LATE:.0%} longer than drawn), so this many "
+        "users were not offered"
+        if "sessions" in record
+        else "it fell behind its schedule, so this load was not offered",
         "busy": f"its process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own delays "
         "are in the latencies",
     }
@@ -317,16 +325,16 @@ class Prober:
         self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
         self.requests: list[dict] = []  # every probe's requests, as request_table rows
 
-    def warm_up(self, concurrency: int | None) -> int:
+    def warm_up(self, concurrency: int | None, api: str) -> int:
         """Before a probe's first pass, untimed, as `serve` warms a level: its first requests cut
-        short (docs/method.md#warm-ups); how many were sent."""
-        level = Level(concurrency, api=self.api)
+        short (docs/method.md#warm-ups), through `api`; how many were sent."""
+        level = Level(concurrency, api=api)
         warm = warmup_requests(cycle_requests(self.workload, concurrency or 1), level)
         run = asyncio.run(
             run_level(
                 self.server.base_url, self.server.served_name, warm, concurrency=len(warm), arrivals=None,
                 seed=self.seed, interval_s=self.load_settings["metrics_interval_s"], timeout_s=self.timeout_s,
-                api=self.api, api_key=self.server.api_key, scrape_metrics=False,
+                api=api, api_key=self.server.api_key, scrape_metrics=False,
             )
         )  # fmt: skip
         shown = f"concurrency {concurrency}" if concurrency else "a request rate"
@@ -348,7 +356,8 @@ class Prober:
         window = window or self.window
         requests = iter(()) if users else None if replay else self.supply.take()
         target, slo_ms, repeats = self.settings["attainment"], self.load_settings["slo_ms"], self.settings["repeats"]
-        warmed = self.warm_up(int(load) if closed else None) if self.load_settings["warmup"] else 0
+        api = "chat" if users else self.api
+        warmed = self.warm_up(int(load) if closed else None, api) if self.load_settings["warmup"] else 0
         passes: list[PassRecord] = []
         met_slo_so_far = counted_so_far = 0  # pooled over the passes so far
         out_of_time = False
@@ -373,12 +382,12 @@ class Prober:
                 seed=self.seed + index,
                 interval_s=self.load_settings["metrics_interval_s"],
                 timeout_s=self.timeout_s,
-                api="chat" if users else self.api,
+                api=api,
                 users=self.sessions if users else None,
             )
             out_of_time |= measured.run.closed_at_deadline
             self.requests += probe_rows(
-                measured.run, mode=mode, load=load, api=self.api, burstiness=self.load_settings["burstiness"],
+                measured.run, mode=mode, load=load, api=api, burstiness=self.load_settings["burstiness"],
                 trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
             )  # fmt: skip
             last = PassRecord.of(measured, slo_ms, int(load) if users else None)

@@ -51,6 +51,10 @@ OUTCOME_FIXES = {
 # offer its rate: the client sent at under about 90 % of it. A steady delay does not grow, and
 # a burst sent one request after another adds milliseconds, not a tenth of a window.
 LAG_GROWTH_BEHIND = 0.1
+# A users pass whose users' think time as taken (from a turn's end to the user's next send),
+# averaged over its counted turns, exceeds the one drawn by more than this share: the client
+# was late to its users' turns, so it offered less load than its users (docs/method.md#sessions).
+THINK_LATE = 0.1
 
 
 def load_text(mode: str, load) -> str:
@@ -151,6 +155,6 @@ def rerun_text(mode: str, capacity: dict) -> str:
         off = "a run's capacity or its interval lies off its probed range"
         return f"no interval: {off} ({interval['runs']} runs: {values})"
     low, high = interval["ci95"]
-    # Below one request in flight: a rerun may meet the SLO at no load at all.
-    shown = "below c=1" if mode == "concurrency" and low < 1 else load_text(mode, low)
+    # Below one request in flight (or user): a rerun may meet the SLO at no load at all.
+    shown = f"below {load_text(mode, 1)}" if mode != "request_rate" and low < 1 else load_text(mode, low)
     return f"{shown} to {load_text(mode, high)} (95 % prediction over {interval['runs']} runs: {values})"

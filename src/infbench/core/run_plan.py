@@ -124,6 +124,18 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
             budget_s=capacity["max_search_s"] * capacity["runs"],
         )
     ]
+    if config["sessions"]["capacity"]:
+        plans.append(
+            PassPlan(
+                "capacity",
+                f"users search: up to {probes} probes of up to {capacity['repeats']} windows",
+                probes * capacity["repeats"],
+                capacity["window_s"],
+                None,  # a turn's time depends on its conversation: known once measured
+                up_to=True,
+                budget_s=capacity["max_search_s"] * capacity["runs"],
+            )
+        )
     if capacity["rate"]:
         # Windows of ten median latencies at the concurrency capacity: known once it is found.
         plans.append(

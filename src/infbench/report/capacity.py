@@ -353,10 +353,17 @@ def users_view(capacity: dict) -> dict | None:
         "capacity": capacity_text("users", users),
         "think": f"{sessions['think_s']:g} s ({sessions['think']})",
         "reply": "the model's own replies" if sessions["reply"] == "model" else "the recorded replies",
-        "source": f"{source['conversations']} synthetic conversations of {source['turns']} turns"
-        if source["kind"] == "synthetic"
-        else f"{source['conversations']} conversations ({source['turns']} turns) from {source['path']}",
-        "system_prompt_tokens": source["system_prompt_tokens"],
+        "source": (
+            f"{source['conversations']} synthetic conversations of {source['turns']} turns"
+            + (
+                f" behind one system prompt of {source['system_prompt_tokens']} tokens"
+                if source["system_prompt_tokens"]
+                else ""
+            )
+            if source["kind"] == "synthetic"
+            else f"{source['conversations']} conversations ({source['turns']} turns, {source['with_a_system_prompt']} "
+            f"with a system prompt) from {source['path']}"
+        ),
         "predicted": predicted["value"],
         "predicted_from": f"c={predicted['in_flight']}, R {predicted['response_s']:.2f} s"
         if predicted["in_flight"] is not None
@@ -367,6 +374,8 @@ def users_view(capacity: dict) -> dict | None:
             "response_s": fmt(at["mean_response_s"], 2),
             "think_s": fmt(at["mean_think_s"], 2),
             "implied": fmt(at["users_from_littles_law"], 1),
+            "mean_turn": fmt(at.get("mean_turn"), 1),
+            "mean_prompt_tokens": fmt(at.get("mean_prompt_tokens"), 0),
             "hit_rate": None if at["prefix_cache_hit_rate"] is None else f"{at['prefix_cache_hit_rate']:.0%}",
         }
         if at

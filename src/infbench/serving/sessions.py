@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from infbench.serving.client import LoadRequest, stream_request
-from infbench.workload.sessions import MESSAGE_SLACK, Conversation, ThinkTime, fits
+from infbench.workload.sessions import MESSAGE_SLACK, Conversation, ThinkTime, fits, turn_footprints
 
 REPLIES = ("model", "recorded")
 
@@ -36,35 +37,52 @@ class SessionPlan:
 
 @dataclass
 class TurnLog:
-    """One turn as its user sent it: who, which conversation and turn, and the think time drawn
-    before it (a user's first turn: the wait that spreads users out)."""
+    """One turn as its user sent it: who, which conversation and turn, the think time drawn
+    before it (a user's first turn: the wait that spreads users out), and when it ended (None:
+    cut off at the pass's end), failed or not."""
 
     user: int
     conversation: str
     turn: int  # from 1
     think_s: float
+    ended_at: float | None = None  # perf_counter
 
     def to_json(self) -> dict:
         return {"user": self.user, "conversation": self.conversation, "turn": self.turn, "think_s": self.think_s}
 
 
+def virtual_history(conversation: Conversation, start: int) -> tuple[list[dict], int]:
+    """The conversation as if its first `start` turns had been held, with their recorded replies:
+    its messages and its tokens before the next turn (docs/method.md#sessions)."""
+    history = [{"role": "system", "content": conversation.system}] if conversation.system else []
+    context = conversation.base_tokens
+    for turn in conversation.turns[:start]:
+        history += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": turn.reply}]
+        context += turn.user_tokens + 2 * MESSAGE_SLACK + turn.reply_tokens
+    return history, context
+
+
 async def users_loop(client, model: str, plan: SessionPlan, users: int, state, seed: int) -> tuple[list, dict]:
     """`users` users, each from its own seeded generator, each turn sent through `state` (the
     pass's bookkeeping, window._Pass) so that the window counts turns as it counts requests. A
-    conversation ends after its last turn, at a failed turn, or where its next turn would not
-    fit max_model_len (the conversation so far is read from the server's `usage`); the user then
-    thinks and starts the next one. Returns the tasks and each sent turn's TurnLog by send index."""
+    user's first conversation starts at a turn drawn uniformly from those that fit, its earlier
+    turns a virtual history, so that users are spread over their conversations from the start. A
+    conversation ends after its last turn, at a failed turn, or where its next turn would not fit
+    max_model_len (the conversation so far from the server's `usage`); the user then thinks and
+    starts the next one. Returns the tasks and each sent turn's TurnLog by send index."""
     conversations = plan.supply(seed)
     logs: dict[int, TurnLog] = {}
+    recorded = plan.reply == "recorded"
 
     async def user(number: int):
         rng = random.Random(f"{seed}-{number}")
-        think = plan.think.first(rng)
+        think, first = plan.think.first(rng), True
         while state.sending():
             draw, conversation = next(conversations)
-            history = [{"role": "system", "content": conversation.system}] if conversation.system else []
-            context = conversation.system_tokens
-            for place, turn in enumerate(conversation.turns, start=1):
+            start = rng.randrange(len(turn_footprints(conversation, "recorded", plan.max_model_len))) if first else 0
+            history, context = virtual_history(conversation, start)
+            first = False
+            for place, turn in enumerate(conversation.turns[start:], start=start + 1):
                 if place > 1 and not fits(context, turn, plan.max_model_len):
                     break
                 await asyncio.sleep(think)
@@ -76,14 +94,14 @@ async def users_loop(client, model: str, plan: SessionPlan, users: int, state, s
                 index = state.on_send(request) if state.sending() else None
                 if index is None:
                     return
-                logs[index] = TurnLog(number, conversation.id, place, think)
+                logs[index] = log = TurnLog(number, conversation.id, place, think)
                 streamed = await stream_request(client, model, request, "chat")
+                log.ended_at = time.perf_counter()
                 state.on_finish(index, streamed)
                 think = plan.think.draw(rng)
                 result = streamed.result
                 if not result.success:
                     break
-                recorded = plan.reply == "recorded"
                 history += [message, {"role": "assistant", "content": turn.reply if recorded else streamed.text}]
                 context = result.prompt_tokens + (turn.reply_tokens if recorded else result.output_tokens)
 
@@ -100,31 +118,37 @@ def time_in_flight(intervals: list[tuple[float, float]], start: float, end: floa
 
 def session_figures(run, users: int) -> dict:
     """A users pass read through Little's law (docs/method.md#sessions): its counted turns'
-    mean response time R (E2E latency) and the think time its users took before them, Z (from
-    the previous turn's end; a user's first turn has none); the requests in flight averaged over
-    the window, L; and the users that L implies, L x (R + Z) / R, against the users there were.
-    Also the think time drawn against the one taken: a client late to its users' turns shows,
-    and the server's prefix-cache hits over its queries."""
-    ends: dict[int, float | None] = {}
-    taken, drawn, response = [], [], []
+    mean response time R (send to end, failed turns too) and the think time its users took
+    before them, Z (from the user's previous turn's end; a user's first turn has none); the
+    requests in flight averaged over the window, L; and the users that L implies, L x (R + Z) / R,
+    against the users there were. Also the think time drawn against the one taken (a client
+    late to its users' turns), the counted turns' mean place in their conversation and prompt
+    tokens, and the server's prefix-cache hits over its queries."""
+    ends: dict[int, float] = {}
+    taken, drawn, response, places, prompts = [], [], [], [], []
     for streamed, counted, log in zip(run.results, run.counted, run.turns):
-        result, previous = streamed.result, ends.get(log.user)
-        ends[log.user] = streamed.sent_at + result.e2el if result.success else None
+        previous = ends.get(log.user)
+        ends[log.user] = log.ended_at
         if not counted:
             continue
-        if result.success:
-            response.append(result.e2el)
-        if previous is not None:  # none before a user's first turn, or after a failed one
+        response.append(log.ended_at - streamed.sent_at)
+        places.append(log.turn)
+        if streamed.result.success:
+            prompts.append(streamed.result.prompt_tokens)
+        if previous is not None:  # none before a user's first turn
             taken.append(streamed.sent_at - previous)
             drawn.append(log.think_s)
-    # Cancelled requests were in flight until the pass ended: one sent in the ramp may span the window.
-    intervals = [(s.sent_at, s.sent_at + s.result.e2el) for s in run.results if s.result.success]
+    # Cut off at the pass's end, a turn was in flight until then: one sent in the ramp may span the window.
+    intervals = [(s.sent_at, log.ended_at) for s, log in zip(run.results, run.turns)]
     intervals += [(run.started + c["sent_s"], run.started + run.ended_s) for c in run.cancelled]
     in_flight = (
         time_in_flight(intervals, run.started + run.opened_s, run.started + run.closed_s) if run.window_s else 0.0
     )
-    mean_r = sum(response) / len(response) if response else None
-    mean_z = sum(taken) / len(taken) if taken else None
+
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    mean_r, mean_z = mean(response), mean(taken)
     implied = in_flight * (mean_r + mean_z) / mean_r if mean_r and mean_z is not None else None
     queries, hits = (run.metrics.first_last(f"vllm:prefix_cache_{name}_total") for name in ("queries", "hits"))
     return {
@@ -132,9 +156,11 @@ def session_figures(run, users: int) -> dict:
         "mean_in_flight": in_flight,
         "mean_response_s": mean_r,
         "mean_think_s": mean_z,
-        "mean_think_drawn_s": sum(drawn) / len(drawn) if drawn else None,
+        "mean_think_drawn_s": mean(drawn),
         "users_from_littles_law": implied,
         "turns": len(response),
+        "mean_turn": mean(places),
+        "mean_prompt_tokens": mean(prompts),
         # Over the whole pass, from the server's counters (None without /metrics or queries).
         "prefix_cache_hit_rate": (hits[1] - hits[0]) / (queries[1] - queries[0])
         if run.metrics.available and queries[1] > queries[0]

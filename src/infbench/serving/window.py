@@ -336,7 +336,10 @@ async def run_window(
         client_cpu_s=cpu_s,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
-        cancelled=[cancelled_record(*state.in_flight[i], started) for i in sorted(state.in_flight)],
+        cancelled=[
+            {**cancelled_record(*state.in_flight[i], started), **(logs[i].to_json() if logs is not None else {})}
+            for i in sorted(state.in_flight)
+        ],
         turns=[logs[i] for i in finished] if logs is not None else None,
     )
 

@@ -32,14 +32,21 @@ class Turn:
 class Conversation:
     id: str
     system: str | None
-    system_tokens: int
+    # Tokens a turn's prompt holds besides the conversation's turns, replies and MESSAGE_SLACK
+    # a message: the system prompt and the template's own, so that the first turn's prompt
+    # (base + its tokens + 2 x MESSAGE_SLACK) is its exact count through the chat template.
+    base_tokens: int
     turns: tuple[Turn, ...]
 
-    def first_prompt_tokens(self) -> int:
-        return self.system_tokens + self.turns[0].user_tokens + 2 * MESSAGE_SLACK
 
-    def to_json(self) -> dict:
-        return {"id": self.id, "turns": len(self.turns), "system_tokens": self.system_tokens}
+def base_tokens(tokenizer, system: str | None, turn: Turn, count_prompt) -> int:
+    """A conversation's base_tokens: its first turn's prompt through `count_prompt` (messages ->
+    tokens, the chat template's count) less the turn's tokens and slack; without a counter, the
+    system prompt's tokens as they are."""
+    if count_prompt is None:
+        return count_tokens(tokenizer, system) if system else 0
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": turn.user}]
+    return count_prompt(messages) - turn.user_tokens - 2 * MESSAGE_SLACK
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ def turn_footprints(conversation: Conversation, reply: str, max_model_len: int) 
     """(prompt tokens, output tokens) of each turn a user sends of this conversation, the prompt
     carrying the earlier turns and replies (the model's reply is its max_tokens: the client sends
     ignore_eos), as the client estimates them; the turns that fit max_model_len."""
-    context, footprints = conversation.system_tokens, []
+    context, footprints = conversation.base_tokens, []
     for place, turn in enumerate(conversation.turns):
         if place and not fits(context, turn, max_model_len):
             break
@@ -81,7 +88,8 @@ def fits(conversation_tokens: int, turn: Turn, max_model_len: int) -> bool:
     return conversation_tokens + turn.user_tokens + 2 * MESSAGE_SLACK + turn.max_tokens <= max_model_len
 
 
-def synthetic_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int):
+def synthetic_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int,
+                            count_prompt=None):  # fmt: skip
     """Conversations of `turns` user turns, each a pool row's user text and output length in the
     pool's order, behind one system prompt of about `system_prompt_tokens` tokens that every
     conversation shares; one conversation per `turns` rows. Each turn's recorded reply is text
@@ -91,18 +99,19 @@ def synthetic_conversations(tokenizer, pool: list[dict], settings: dict, max_mod
     system = None
     if settings["system_prompt_tokens"]:
         system = passage_text(tokenizer, ids, rng.randrange(len(ids)), settings["system_prompt_tokens"])
-    system_tokens = count_tokens(tokenizer, system) if system else 0
     turns = []
     for row in pool[: len(pool) // settings["turns"] * settings["turns"]]:
         text, length = row["messages"][-1]["content"], row["max_tokens"]
         reply = passage_text(tokenizer, ids, rng.randrange(len(ids)), length)
         turns.append(Turn(text, count_tokens(tokenizer, text), length, reply, count_tokens(tokenizer, reply)))
     per = settings["turns"]
-    conversations = [
-        Conversation(f"synthetic-{index:05d}", system, system_tokens, tuple(turns[index * per : (index + 1) * per]))
-        for index in range(len(turns) // per)
-    ]
-    return [c for c in conversations if fits(system_tokens, c.turns[0], max_model_len)]
+    conversations = []
+    for index in range(len(turns) // per):
+        held = tuple(turns[index * per : (index + 1) * per])
+        base = base_tokens(tokenizer, system, held[0], count_prompt)
+        if fits(base, held[0], max_model_len):
+            conversations.append(Conversation(f"synthetic-{index:05d}", system, base, held))
+    return conversations
 
 
 def sharegpt_records(path: Path) -> list:
@@ -111,14 +120,17 @@ def sharegpt_records(path: Path) -> list:
     return read_jsonl_records(path) if path.suffix.lower() == ".jsonl" else _records_json(path)
 
 
-def sharegpt_conversations(tokenizer, path: Path, max_model_len: int) -> tuple[list[Conversation], dict]:
+def sharegpt_conversations(
+    tokenizer, path: Path, max_model_len: int, count_prompt=None
+) -> tuple[list[Conversation], dict]:
     """Every turn of each ShareGPT conversation: a leading system message is its system prompt,
     then each user message with the reply after it is a turn whose output length is that
     reply's token count. A conversation ends at its first message out of that order, and where
     its turns outgrow max_model_len; one with no whole turn is skipped. A row that is not a
     conversation stops with its row and field named. Returns the conversations and the counts."""
     records = sharegpt_records(path)
-    conversations, counts = [], {"rows": len(records), "without_a_turn": 0, "cut_short": 0, "turns": 0}
+    conversations = []
+    counts = {"rows": len(records), "without_a_turn": 0, "cut_short": 0, "turns": 0, "with_a_system_prompt": 0}
     for number, record in enumerate(records, start=1):
         messages = record.get("conversations") if isinstance(record, dict) else None
         if not isinstance(messages, list):
@@ -129,8 +141,7 @@ def sharegpt_conversations(tokenizer, path: Path, max_model_len: int) -> tuple[l
         system = None
         if messages and messages[0].get("from") == "system":
             system, messages = messages[0]["value"], messages[1:]
-        system_tokens = count_tokens(tokenizer, system) if system else 0
-        turns, context, cut = [], system_tokens, False
+        turns, context, cut = [], None, False
         for user, reply in zip(messages[::2], messages[1::2]):
             if user.get("from") not in USER_ROLES or reply.get("from") not in REPLY_ROLES or not user["value"].strip():
                 cut = True
@@ -139,6 +150,8 @@ def sharegpt_conversations(tokenizer, path: Path, max_model_len: int) -> tuple[l
             turn = Turn(
                 user["value"], count_tokens(tokenizer, user["value"]), reply_tokens, reply["value"], reply_tokens
             )
+            if context is None:
+                context = base = base_tokens(tokenizer, system, turn, count_prompt)
             if not fits(context, turn, max_model_len):
                 cut = True
                 break
@@ -149,7 +162,8 @@ def sharegpt_conversations(tokenizer, path: Path, max_model_len: int) -> tuple[l
             continue
         counts["cut_short"] += cut
         counts["turns"] += len(turns)
-        conversations.append(Conversation(f"sharegpt-row{number}", system, system_tokens, tuple(turns)))
+        counts["with_a_system_prompt"] += system is not None
+        conversations.append(Conversation(f"sharegpt-row{number}", system, base, tuple(turns)))
     counts["conversations"] = len(conversations)
     if not conversations:
         raise WorkloadError(
@@ -159,17 +173,24 @@ def sharegpt_conversations(tokenizer, path: Path, max_model_len: int) -> tuple[l
     return conversations, counts
 
 
-def build_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int):
-    """The sessions' conversations and where they came from (`source` in the artifact)."""
+def build_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int, count_prompt):
+    """The sessions' conversations and where they came from (`source` in the artifact);
+    `count_prompt`: a message list's tokens through the chat template."""
     if settings["source"] == "synthetic":
-        conversations = synthetic_conversations(tokenizer, pool, settings, max_model_len, seed)
+        conversations = synthetic_conversations(tokenizer, pool, settings, max_model_len, seed, count_prompt)
         if not conversations:
             raise WorkloadError(
                 f"sessions: no synthetic conversation's first turn fits engine.max_model_len = {max_model_len}; "
                 "lower sessions.system_prompt_tokens"
             )
-        source = {"kind": "synthetic", "conversations": len(conversations), "turns": settings["turns"]}
+        source = {
+            "kind": "synthetic",
+            "conversations": len(conversations),
+            "turns": settings["turns"],
+            "system_prompt_tokens": settings["system_prompt_tokens"],
+        }
     else:
-        conversations, counts = sharegpt_conversations(tokenizer, Path(settings["source"]), max_model_len)
+        path = Path(settings["source"])
+        conversations, counts = sharegpt_conversations(tokenizer, path, max_model_len, count_prompt)
         source = {"kind": "sharegpt", "path": settings["source"], **counts}
-    return conversations, {**source, "system_prompt_tokens": conversations[0].system_tokens}
+    return conversations, source
