@@ -71,6 +71,7 @@ def main(stage):
             timeout_s=params.server["request_timeout_s"],
             sessions=sessions,
             max_users=params.sessions["max_users"] if sessions else 0,
+            session_rate=bool(sessions) and params.sessions["rate"],
         )
 
     result = search_runs(params.capacity["runs"], new_server, search_on)

@@ -386,6 +386,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
             },
             "prefix_caching": "on",
             "kv": {"in_flight": 20, "blocks": "3.5", "users": "90"},
+            "session_rate": "at least 1.50 sessions/s, not tested above",
         },
     }
     serve = {

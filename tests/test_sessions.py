@@ -19,10 +19,11 @@ from infbench.capacity.measure import users_kv_limit
 from infbench.capacity.probe import PassRecord, client_evidence, probe_record
 from infbench.core.errors import UserError
 from infbench.report.capacity import users_view
+from infbench.serving.arrivals import Arrivals
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.request_table import probe_rows
 from infbench.serving.sessions import SessionPlan, session_figures
-from infbench.serving.window import MeasuredPass, Window, run_window
+from infbench.serving.window import MeasuredPass, Window, open_loop_offsets, run_window
 from infbench.workload.sessions import (
     MESSAGE_SLACK,
     Conversation,
@@ -231,11 +232,11 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
         {"id": f"r{i}", "prompt": "p", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"} for i in range(2000)
     ]
     plan = SessionPlan(conversations(count=200, output=8), ThinkTime(0.05, "fixed"), "model", 4096, seed=0)
-    record = searched(tmp_path, schedule, pool, settings, load, sessions=plan, max_users=64)
+    record = searched(tmp_path, schedule, pool, settings, load, sessions=plan, max_users=64, session_rate=True)
     concurrency, users = record["concurrency"], record["users"]
     predicted = users["predicted_from_concurrency"]
     at = concurrency["at_capacity"]
-    response_s = at["median_e2el_ms"] / 1000
+    response_s = concurrency["capacity"] / at["request_throughput"]["mean"]  # Little: R = C / X
     assert predicted["in_flight"] == concurrency["capacity"]
     assert predicted["value"] == round(concurrency["capacity"] * (response_s + 0.05) / response_s)
     assert users["probes"][0]["load"] == predicted["value"]
@@ -253,6 +254,15 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     assert users["at_capacity"]["sessions"]["mean_in_flight"] <= concurrency["capacity"]
     rows = [r for r in record["requests"] if r["measurement"].startswith("users=")]
     assert rows and all(r["conversation"] for r in rows if r["failure_cause"] != "cancelled")
+    # Then sessions on a schedule: from the users capacity U, U / (T x (R + Z)) new sessions a
+    # second keep as many turns in flight (T = 4 turns a conversation, R and Z measured at U).
+    session_rate = record["session_rate"]
+    figures_at = users["at_capacity"]["sessions"]
+    expected = users["capacity"] / (4 * (figures_at["mean_response_s"] + figures_at["mean_think_s"]))
+    assert session_rate["probes"][0]["load"] == pytest.approx(max(expected, settings["min_rate"]))
+    check_probes(session_rate["probes"], settings, settings["attainment"])
+    assert session_rate["capacity"] is not None or session_rate["outcome"] == "none_met"
+    assert all(p["sessions"]["users"] is None for p in session_rate["probes"])
     # The report states the users capacity with Little's law as the probe at it measured it.
     source = {"kind": "synthetic", "conversations": 200, "turns": 4, "system_prompt_tokens": 3}
     sessions = {"think_s": 0.05, "think": "fixed", "reply": "model", "prefix_caching": False, "conversations": source}
@@ -309,3 +319,31 @@ def test_the_kv_prediction_for_sessions_counts_each_turn_with_its_conversation_s
     predicted = users_kv_limit(plan, {"block_size": 16, "num_blocks": 25}, 512, search)
     assert predicted["in_flight"] == 6 and predicted["mean_blocks_per_turn"] == 4
     assert predicted["users"] == pytest.approx(6 * (0.5 + 1.5) / 0.5)
+
+
+def test_sessions_on_a_schedule_start_at_their_arrivals_and_open_the_window_when_one_ends(tmp_path):
+    """Four turns of 6 tokens, 0.1 s apart, a session every 0.1 s on average (Poisson)."""
+    plan = SessionPlan(conversations(), ThinkTime(0.1, "fixed"), "model", 512, seed=0)
+    arrivals = Arrivals(10.0)
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
+        run = asyncio.run(
+            run_window(server.base_url, "m", iter(()), window=Window(1.0, 16), concurrency=None, arrivals=arrivals,
+                       seed=0, interval_s=0.05, timeout_s=30, users=plan)
+        )  # fmt: skip
+    offsets = open_loop_offsets(arrivals, Window(1.0, 16), 0, 30)
+    held = by_conversation(run)
+    ends = []
+    for turns in held.values():
+        (first, log), *_ = turns
+        assert log.turn == 1 and [log.turn for _, log in turns] == list(range(1, len(turns) + 1))
+        # Its first turn goes out at its arrival (a session is a `user` of its own, numbered in order).
+        assert first.sent_at - run.started == pytest.approx(offsets[log.user], abs=0.05)
+        if len(turns) == 4:
+            ends.append(turns[-1][1].ended_at - run.started)
+    # The ramp: until the first session has held its four turns.
+    assert ends and run.opened_s == pytest.approx(min(ends), abs=0.01)
+    assert sum(run.counted) >= 16 and not any(
+        c for s, c in zip(run.results, run.counted) if s.sent_at - run.started < run.opened_s
+    )
+    figures = session_figures(run, None)
+    assert figures["users"] is None and 1.5 <= figures["mean_turn"] <= 3.5

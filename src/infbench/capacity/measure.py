@@ -13,7 +13,7 @@ import httpx
 from infbench.capacity.estimate import capacity_estimate, rerun_interval
 from infbench.capacity.probe import Prober, Rule, TimeBudget, client_evidence
 from infbench.capacity.search import Probe, binding_limit, search
-from infbench.core.capacity_terms import BELOW, SEARCHES, as_number
+from infbench.core.capacity_terms import BELOW, COUNTED, SEARCHES, as_number
 from infbench.core.metrics import MS
 from infbench.engines.external_endpoint import EndpointError
 from infbench.engines.server_metrics import server_kv_facts
@@ -46,7 +46,7 @@ def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) ->
     return capacity_estimate(
         [(p.load, 0 if p.record["saturated"] else p.record["met_slo"], p.record["requests"]) for p in offered],
         target,
-        integer=mode != "request_rate",
+        integer=mode in COUNTED,
         seed=seed,
         met=max((p.load for p in offered if p.decided and p.met), default=None),
         missed=min((p.load for p in offered if p.decided and not p.met), default=None),
@@ -67,6 +67,7 @@ def search_capacity(
     timeout_s: float,
     sessions: SessionPlan | None = None,
     max_users: int = 256,
+    session_rate: bool = False,
     progress=print,
 ) -> dict:
     """The concurrency search (seeded by the KV prediction), then the rate search (seeded by the
@@ -88,7 +89,7 @@ def search_capacity(
     # The KV usage at which the largest request (a users search: the largest turn) no longer fits.
     full_usage = {"concurrency": kv_full_usage(pool_requests, kv), "request_rate": kv_full_usage(pool_requests, kv)}
     if sessions is not None:
-        full_usage["users"] = kv_full_usage(session_turns(sessions), kv)
+        full_usage["users"] = full_usage["session_rate"] = kv_full_usage(session_turns(sessions), kv)
 
     def search_record(mode: str, result, seconds: float) -> dict:
         by_load = {p.load: p.record for p in result.probes}
@@ -171,6 +172,21 @@ def search_capacity(
         found["users"] = search_record("users", users, time.perf_counter() - started)
         found["users"]["predicted_from_concurrency"] = predicted_users
         found["users"]["predicted_kv"] = users_kv_limit(sessions, kv, max_model_len, found["users"]) if kv else None
+    if sessions is not None and session_rate:
+        start, ceiling = sessions_from_users(found["users"], found["concurrency"], sessions, settings["min_rate"])
+        progress(f"session rate search: {start:.2f} new sessions/s predicted from the users capacity by Little's law")
+        started = budget.start()
+        rate = search(
+            lambda r: prober.probe("session_rate", r),
+            start=start,
+            floor=settings["min_rate"],
+            ceiling=ceiling,
+            integer=False,
+            tolerance=settings["tolerance"],
+            max_probes=settings["max_probes"],
+            out_of_time=budget.out,
+        )
+        found["session_rate"] = search_record("session_rate", rate, time.perf_counter() - started)
     found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found
 
@@ -186,6 +202,25 @@ def users_from_concurrency(concurrency: dict, think_s: float, ceiling: int) -> d
     response_s = concurrency["capacity"] / completed
     value = max(1, min(ceiling, round(concurrency["capacity"] * (response_s + think_s) / response_s)))
     return {"value": value, "in_flight": concurrency["capacity"], "response_s": response_s, "think_s": think_s}
+
+
+def sessions_from_users(users: dict, concurrency: dict, sessions: SessionPlan, floor: float) -> tuple[float, float]:
+    """The session rate search's start and ceiling, new sessions a second (docs/method.md#sessions):
+    U / (T x (R + Z)) from the users capacity U, T the turns a conversation holds on average and
+    R, Z measured at U (at its lowest probe where none met), at which sessions keep as many
+    turns in flight as U users did; the ceiling, the most requests or turns a second any
+    closed-loop probe (concurrency or users) completed, over T: past it a queue grows. Neither
+    below `floor` (capacity.min_rate)."""
+    turns = sum(len(turn_footprints(c, sessions.reply, sessions.max_model_len)) for c in sessions.conversations)
+    per_session = turns / len(sessions.conversations)
+    at = users["at_capacity"] or min(users["probes"], key=lambda probe: probe["load"])
+    response_s, think_s = at["sessions"]["mean_response_s"], at["sessions"]["mean_think_s"] or 0.0
+    start = (users["capacity"] or 1) / (per_session * (response_s + think_s)) if response_s else floor
+    highest = (
+        max(probe["request_throughput"]["mean"] for probe in users["probes"] + concurrency["probes"]) / per_session
+    )
+    start = max(start, floor)
+    return start, max(start, highest, floor)
 
 
 def session_turns(sessions: SessionPlan) -> list[LoadRequest]:
@@ -294,7 +329,7 @@ def across_runs(records: list[dict], several: bool | None = None) -> dict:
         mode: rerun_interval(
             [record[mode]["estimate"]["value"] for record in records],
             [record[mode]["estimate"]["ci95"] for record in records],
-            integer=mode != "request_rate",
+            integer=mode in COUNTED,
         )
         for mode in modes
     }

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 
 from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
-from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, THINK_LATE
+from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, THINK_LATE, load_text
 from infbench.core.checks import CLIENT_FAIL
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -100,8 +100,10 @@ class PassRecord:
 
     @classmethod
     def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
+        """`users`: a users pass's users (sessions on a schedule: None)."""
         met = sum(meets_slo(r, slo_ms) for r in measured.counted)
-        return cls(measured, met, session_figures(measured.run, users) if users is not None else None)
+        run = measured.run
+        return cls(measured, met, session_figures(run, users) if run.turns is not None else None)
 
     @property
     def requests(self) -> int:
@@ -345,8 +347,8 @@ class Prober:
         """Windowed passes at `load` until the verdict is met or missed, the client was the limit,
         the pool ran out or capacity.repeats passes were run, all drawing on one run of distinct
         requests (a trace: its requests, replayed once a pass)."""
-        closed, users = mode in ("concurrency", "users"), mode == "users"
-        replay = not closed and self.trace is not None
+        closed, users = mode in ("concurrency", "users"), mode in ("users", "session_rate")
+        replay = mode == "request_rate" and self.trace is not None
         if closed:
             arrivals = None
         elif replay:  # the trace's own arrivals, sped up to `load` req/s
@@ -390,7 +392,7 @@ class Prober:
                 measured.run, mode=mode, load=load, api=api, burstiness=self.load_settings["burstiness"],
                 trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
             )  # fmt: skip
-            last = PassRecord.of(measured, slo_ms, int(load) if users else None)
+            last = PassRecord.of(measured, slo_ms, int(load) if mode == "users" else None)
             passes.append(last)
             met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests
             # A trace replay ends with the trace: its passes pool until decided, as others do.
@@ -419,6 +421,5 @@ class Prober:
             and not record["client_limited"]
             and not record["too_few_to_meet"]
         )
-        shown = f"{int(load)} users" if users else f"c={int(load)}" if closed else f"{load:.2f} req/s"
-        self.progress(probe_line(shown, record, window, met))
+        self.progress(probe_line(load_text(mode, load), record, window, met))
         return Probe(load, met, record, decided=decision != "undecided", client_limited=record["client_limited"])

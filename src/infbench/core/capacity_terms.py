@@ -10,7 +10,14 @@ import math
 BELOW, ABOVE = -math.inf, math.inf  # a capacity's crossing lies below the lowest probe / above the highest
 
 # The searches a capacity record may hold, as the report names them.
-SEARCHES = {"concurrency": "requests in flight", "request_rate": "request rate", "users": "users in chat sessions"}
+SEARCHES = {
+    "concurrency": "requests in flight",
+    "request_rate": "request rate",
+    "users": "users in chat sessions",
+    "session_rate": "new chat sessions a second",
+}
+# The searches over a whole number of requests or users; the others search a rate.
+COUNTED = ("concurrency", "users")
 
 
 def as_number(value: float | str) -> float:
@@ -62,6 +69,8 @@ def load_text(mode: str, load) -> str:
         return "none"
     if mode == "users":
         return f"{int(load)} users"
+    if mode == "session_rate":
+        return f"{load:.2f} sessions/s"
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
@@ -80,7 +89,7 @@ def undecided_bound(mode: str, search: dict) -> str | None:
     if not any(shaky):
         return None
     if shaky == [True, False] and failing is not None:
-        bound = load_text(mode, failing if mode == "request_rate" else failing - 1)  # a rate: at most the missed
+        bound = load_text(mode, failing - 1 if mode in COUNTED else failing)  # a rate: at most the missed
         text = f"at most {bound}, undecided ({load_text(mode, passing)} was not decided met)"
     elif shaky == [False, True] and passing is not None:
         text = f"at least {load_text(mode, passing)}, undecided above ({load_text(mode, failing)} was not decided)"
@@ -156,5 +165,5 @@ def rerun_text(mode: str, capacity: dict) -> str:
         return f"no interval: {off} ({interval['runs']} runs: {values})"
     low, high = interval["ci95"]
     # Below one request in flight (or user): a rerun may meet the SLO at no load at all.
-    shown = f"below {load_text(mode, 1)}" if mode != "request_rate" and low < 1 else load_text(mode, low)
+    shown = f"below {load_text(mode, 1)}" if mode in COUNTED and low < 1 else load_text(mode, low)
     return f"{shown} to {load_text(mode, high)} (95 % prediction over {interval['runs']} runs: {values})"

@@ -180,6 +180,11 @@ def check_semantics(config: dict, base_dir: Path) -> None:
                 f"(looked for {path}); give the path of your prompt file or dataset folder"
             )
     sessions = config["sessions"]
+    if sessions["rate"] and not sessions["capacity"]:
+        raise ConfigError(
+            "config error: sessions.rate searches the rate sessions start at from the users capacity, which "
+            "sessions.capacity: false leaves out; set sessions.capacity: true, or sessions.rate: false"
+        )
     if sessions["capacity"]:
         if not (config["capacity"]["enabled"] and config["server"]["enabled"]):
             raise ConfigError(

@@ -180,7 +180,7 @@ def slo_figure(capacity: dict):
         return None
 
     def draw(ax):
-        markers = {"concurrency": "o", "request rate": "s", "users": "^"}
+        markers = {"concurrency": "o", "request rate": "s", "users": "^", "session rate": "v"}
         for (search, latency), group in frame.groupby(["search", "latency"]):
             group = group.sort_values("load")
             label = f"{latency}, {search}"
@@ -240,7 +240,11 @@ def attainment_figure(capacity: dict, mode: str):
         ax.axhline(target, color="#d9534f", lw=1.2, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel(
-            {"concurrency": "requests in flight", "users": "users in chat sessions"}.get(mode, "request rate, req/s")
+            {
+                "concurrency": "requests in flight",
+                "users": "users in chat sessions",
+                "session_rate": "new chat sessions a second",
+            }.get(mode, "request rate, req/s")
         )
         ax.set_ylabel("attainment")
         ax.legend(fontsize=7, frameon=False)
@@ -275,6 +279,7 @@ def view(capacity: dict | None) -> dict | None:
             attainment_figure(capacity, "concurrency"),
             attainment_figure(capacity, "request_rate"),
             attainment_figure(capacity, "users"),
+            attainment_figure(capacity, "session_rate"),
             slo_figure(capacity),
         )
         if f is not None
@@ -381,6 +386,9 @@ def users_view(capacity: dict) -> dict | None:
         if at
         else None,
         "prefix_caching": {True: "on", False: "off", None: "the endpoint's own"}[sessions["prefix_caching"]],
+        "session_rate": capacity_text("session_rate", capacity["session_rate"])
+        if capacity.get("session_rate")
+        else None,
         "kv": {
             "in_flight": users["predicted_kv"]["in_flight"],
             "blocks": fmt(users["predicted_kv"]["mean_blocks_per_turn"], 1),

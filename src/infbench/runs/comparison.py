@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
-from infbench.core.capacity_terms import ABOVE, BELOW, as_number, undecided_ends
+from infbench.core.capacity_terms import ABOVE, BELOW, COUNTED, as_number, undecided_ends
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
 from infbench.core.stats import log_ratio, ratio_of_means, shift_for_power, summarize, t_upper, upper_tail
@@ -227,7 +227,8 @@ def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | N
     return upper_tail((-math.log(1 + threshold) - math.log(gain)) / se_log, df)
 
 
-CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s", "users": "users"}
+CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s", "users": "users",
+                     "session_rate": "sessions/s"}  # fmt: skip
 LOWER, HIGHER = "lower", "higher"
 CAPACITY_METHOD = (
     "where both runs ran the search at least twice (capacity.runs), every run's capacity within its probed range, "
@@ -266,7 +267,7 @@ def search_bounds(mode: str, search: dict) -> tuple[float, float] | None:
         if shaky == [False, True] and passing is not None:
             return passing, ABOVE
         if shaky == [True, False] and failing is not None:
-            return BELOW, failing if mode == "request_rate" else failing - 1
+            return BELOW, failing - 1 if mode in COUNTED else failing
         if any(shaky):
             return BELOW, ABOVE
     estimate = search.get("estimate")

@@ -99,11 +99,13 @@ def probe_rows(run, *, mode: str, load: float, api: str, burstiness: float, trac
         "run": 1,
         "measurement": f"users={int(load)}"
         if mode == "users"
+        else f"sessions={load:.2f}/s"
+        if mode == "session_rate"
         else level_case(
             None if closed else load, int(load) if closed else None, None if trace_scale else burstiness,
             api=api, trace_scale=trace_scale,
         ),
-        "request_rate": None if closed else load,
+        "request_rate": None if closed else load,  # a session rate is not a request rate: named only
         "max_concurrency": int(load) if mode == "concurrency" else None,
         "pass": pass_number,
         "pass_started_unix": unix_time(run.started),

@@ -1,8 +1,9 @@
-"""Users in multi-turn chat sessions as a closed loop (docs/method.md#sessions): each user holds
-one conversation after another, every turn carrying the conversation so far (the model's own
-replies, or the recorded ones) through /v1/chat/completions, and thinks between a reply's end
-and their next turn. `users_loop` runs them inside a windowed pass (serving/window.py);
-`session_figures` reads a pass back through Little's law.
+"""Users in multi-turn chat sessions (docs/method.md#sessions): each user holds a conversation,
+every turn carrying the conversation so far (the model's own replies, or the recorded ones)
+through /v1/chat/completions, and thinks between a reply's end and their next turn.
+`users_loop` runs a closed loop of users inside a windowed pass (serving/window.py),
+`sessions_open_loop` sessions that start on a schedule; `session_figures` reads a pass back
+through Little's law.
 """
 
 from __future__ import annotations
@@ -62,52 +63,92 @@ def virtual_history(conversation: Conversation, start: int) -> tuple[list[dict],
     return history, context
 
 
+async def converse(client, model: str, plan: SessionPlan, state, logs: dict, user: int, rng, think: float,
+                   draw: int, conversation: Conversation, start: int = 0) -> float | None:  # fmt: skip
+    """One conversation held by `user` from turn `start` (from 0; its earlier turns a virtual
+    history), each turn sent `think` seconds after the last ended (the first after `think` as
+    given) through `state` (the pass's bookkeeping, window._Pass), so that the window counts
+    turns as it counts requests, and logged in `logs` by send index. It ends after its last turn,
+    at a failed turn, or where its next turn would not fit max_model_len (the conversation so far
+    from the server's `usage`). Returns the think time drawn after its last turn; None where the
+    pass ended first."""
+    history, context = virtual_history(conversation, start)
+    recorded = plan.reply == "recorded"
+    for place, turn in enumerate(conversation.turns[start:], start=start + 1):
+        if place > 1 and not fits(context, turn, plan.max_model_len):
+            break
+        await asyncio.sleep(think)
+        message = {"role": "user", "content": turn.user}
+        request = LoadRequest(
+            f"{conversation.id}/turn-{place}#{draw}", "", context + turn.user_tokens + 2 * MESSAGE_SLACK,
+            turn.max_tokens, [*history, message],
+        )  # fmt: skip
+        index = state.on_send(request) if state.sending() else None
+        if index is None:
+            return None
+        logs[index] = log = TurnLog(user, conversation.id, place, think)
+        streamed = await stream_request(client, model, request, "chat")
+        log.ended_at = time.perf_counter()
+        state.on_finish(index, streamed)
+        think = plan.think.draw(rng)
+        result = streamed.result
+        if not result.success:
+            break
+        history += [message, {"role": "assistant", "content": turn.reply if recorded else streamed.text}]
+        context = result.prompt_tokens + (turn.reply_tokens if recorded else result.output_tokens)
+    return think
+
+
 async def users_loop(client, model: str, plan: SessionPlan, users: int, state, seed: int) -> tuple[list, dict]:
-    """`users` users, each from its own seeded generator, each turn sent through `state` (the
-    pass's bookkeeping, window._Pass) so that the window counts turns as it counts requests. A
-    user's first conversation starts at a turn drawn uniformly from those that fit, its earlier
-    turns a virtual history, so that users are spread over their conversations from the start. A
-    conversation ends after its last turn, at a failed turn, or where its next turn would not fit
-    max_model_len (the conversation so far from the server's `usage`); the user then thinks and
-    starts the next one. Returns the tasks and each sent turn's TurnLog by send index."""
+    """`users` users (a closed loop), each from its own seeded generator, holding one
+    conversation after another, thinking between them as between turns. A user's first
+    conversation starts at a turn drawn uniformly from those that fit, its earlier turns a
+    virtual history, so that users are spread over their conversations from the start. Returns
+    the tasks and each sent turn's TurnLog by send index."""
     conversations = plan.supply(seed)
     logs: dict[int, TurnLog] = {}
-    recorded = plan.reply == "recorded"
 
     async def user(number: int):
         rng = random.Random(f"{seed}-{number}")
         think, first = plan.think.first(rng), True
-        while state.sending():
+        while think is not None and state.sending():
             draw, conversation = next(conversations)
             start = rng.randrange(len(turn_footprints(conversation, "recorded", plan.max_model_len))) if first else 0
-            history, context = virtual_history(conversation, start)
             first = False
-            for place, turn in enumerate(conversation.turns[start:], start=start + 1):
-                if place > 1 and not fits(context, turn, plan.max_model_len):
-                    break
-                await asyncio.sleep(think)
-                message = {"role": "user", "content": turn.user}
-                request = LoadRequest(
-                    f"{conversation.id}/turn-{place}#{draw}", "", context + turn.user_tokens + 2 * MESSAGE_SLACK,
-                    turn.max_tokens, [*history, message],
-                )  # fmt: skip
-                index = state.on_send(request) if state.sending() else None
-                if index is None:
-                    return
-                logs[index] = log = TurnLog(number, conversation.id, place, think)
-                streamed = await stream_request(client, model, request, "chat")
-                log.ended_at = time.perf_counter()
-                state.on_finish(index, streamed)
-                think = plan.think.draw(rng)
-                result = streamed.result
-                if not result.success:
-                    break
-                history += [message, {"role": "assistant", "content": turn.reply if recorded else streamed.text}]
-                context = result.prompt_tokens + (turn.reply_tokens if recorded else result.output_tokens)
+            think = await converse(client, model, plan, state, logs, number, rng, think, draw, conversation, start)
 
     tasks = [asyncio.ensure_future(user(number)) for number in range(users)]
     await state.done.wait()
     return tasks, logs
+
+
+async def sessions_open_loop(client, model: str, plan: SessionPlan, offsets: list[float], state, seed: int):
+    """A new session at `state.started` + each offset (an open loop of sessions): one
+    conversation from its first turn, sent on arrival, its later turns after think times, each
+    session a `user` of its own in the logs. The window opens once the first session has ended,
+    the sessions alive then near their steady number. Returns the tasks and the TurnLogs."""
+    conversations = plan.supply(seed)
+    logs: dict[int, TurnLog] = {}
+    tasks = []
+
+    async def session(number: int):
+        rng = random.Random(f"{seed}-{number}")
+        draw, conversation = next(conversations)
+        if await converse(client, model, plan, state, logs, number, rng, 0.0, draw, conversation) is not None:
+            state.open_window()
+
+    async def dispatch():
+        for number, offset in enumerate(offsets):
+            await asyncio.sleep(max(0.0, state.started + offset - time.perf_counter()))
+            if not state.sending():
+                return
+            tasks.append(asyncio.ensure_future(session(number)))
+        state.stop_sending()  # the schedule ran out
+
+    dispatcher = asyncio.ensure_future(dispatch())
+    await state.done.wait()
+    dispatcher.cancel()
+    return [dispatcher, *tasks], logs
 
 
 def time_in_flight(intervals: list[tuple[float, float]], start: float, end: float) -> float:

@@ -23,7 +23,7 @@ from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
 from infbench.engines.vllm_server import ServerError, empty_prefix_cache
 from infbench.serving.arrivals import Arrivals, TraceArrivals
 from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
-from infbench.serving.sessions import SessionPlan, users_loop
+from infbench.serving.sessions import SessionPlan, sessions_open_loop, users_loop
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,12 @@ class _Pass:
 
     def sending(self) -> bool:
         return not self.done.is_set()
+
+    def open_window(self) -> None:
+        """Sessions on a schedule: the first session ended, so the ramp has (the ramp's count is
+        then never reached)."""
+        if self.opened is None and not self.exhausted:
+            self.opened = self.now()
 
     def on_send(self, request: LoadRequest, scheduled_s: float | None = None) -> int | None:
         """A request is about to be sent: its index in the pass, counted if the window is open;
@@ -292,21 +298,26 @@ async def run_window(
     """One windowed pass from one client process: closed loop (`arrivals` None: `concurrency`
     in flight, or with `users` that many users in chat sessions, `supply` unused) or open loop
     (requests sent on `arrivals`, at most `concurrency` in flight where it is given, the ramp
-    then lasting as many completions). A request is held to `timeout_s`,
-    so the hold after the window ends within it. Once the last counted request has finished,
+    then lasting as many completions; with `users`, a chat session starting at each arrival,
+    the ramp lasting until the first session ended). A request is held to `timeout_s`, so the
+    hold after the window ends within it. Once the last counted request has finished,
     nothing more is sent, and what is in flight is cancelled, or with `drain` left to finish
     (uncounted), so that every request the server timed is among the results."""
     if concurrency is None and arrivals is None:
         raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals)")
     client = openai_client(base_url, timeout_s, api_key)
     offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
+    sessions_on_schedule = users is not None and arrivals is not None
     try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
             cpu_started = time.process_time()
-            state = _Pass(window, concurrency or 1, started)
+            # Sessions on a schedule: the window opens when the first session ends, not at a count.
+            state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
             logs = None
-            if users is not None:
+            if sessions_on_schedule:
+                tasks, logs = await sessions_open_loop(client, model, users, offsets, state, seed)
+            elif users is not None:
                 tasks, logs = await users_loop(client, model, users, concurrency, state, seed)
             elif arrivals is None:
                 tasks = await closed_loop(client, model, supply, concurrency, state, api)
@@ -332,7 +343,7 @@ async def run_window(
         started=started,
         exhausted=state.cut_short,
         sent=state.sent,
-        counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets else None,
+        counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets and logs is None else None,
         client_cpu_s=cpu_s,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
