@@ -15,7 +15,7 @@ from conftest import check_probes, searched
 from timing import SchedulingJitter
 
 from infbench.capacity.checks import users_held
-from infbench.capacity.measure import users_kv_limit
+from infbench.capacity.measure import sessions_from_users, users_kv_limit
 from infbench.capacity.probe import PassRecord, client_evidence, probe_record
 from infbench.core.errors import UserError
 from infbench.report.capacity import users_view
@@ -261,12 +261,16 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     expected = users["capacity"] / (4 * (figures_at["mean_response_s"] + figures_at["mean_think_s"]))
     assert session_rate["probes"][0]["load"] == pytest.approx(max(expected, settings["min_rate"]))
     check_probes(session_rate["probes"], settings, settings["attainment"])
-    assert session_rate["capacity"] is not None or session_rate["outcome"] == "none_met"
-    assert all(p["sessions"]["users"] is None for p in session_rate["probes"])
+    ramp_s = session_rate["predicted_from_users"]["ramp_s"]
+    for probe in session_rate["probes"]:  # open loop, each window opening after the ramp
+        assert probe["sessions"]["users"] is None
+        for one in probe["pass_records"]:
+            assert one["window_s"][0] == pytest.approx(ramp_s, abs=0.05) and one["offered_request_rate"] > 0
     # The report states the users capacity with Little's law as the probe at it measured it.
     source = {"kind": "synthetic", "conversations": 200, "turns": 4, "system_prompt_tokens": 3}
     sessions = {"think_s": 0.05, "think": "fixed", "reply": "model", "prefix_caching": False, "conversations": source}
     shown = users_view({**record, "sessions": sessions})
+    assert shown["session_rate"].endswith("sessions/s") or "at least" in shown["session_rate"]
     at = users["at_capacity"]["sessions"]
     assert f"{users['capacity']} users" in shown["capacity"] and shown["prefix_caching"] == "off"
     assert shown["at"]["implied"] == f"{at['users_from_littles_law']:.1f}" and shown["predicted"] == predicted["value"]
@@ -321,9 +325,11 @@ def test_the_kv_prediction_for_sessions_counts_each_turn_with_its_conversation_s
     assert predicted["users"] == pytest.approx(6 * (0.5 + 1.5) / 0.5)
 
 
-def test_sessions_on_a_schedule_start_at_their_arrivals_and_open_the_window_when_one_ends(tmp_path):
-    """Four turns of 6 tokens, 0.1 s apart, a session every 0.1 s on average (Poisson)."""
-    plan = SessionPlan(conversations(), ThinkTime(0.1, "fixed"), "model", 512, seed=0)
+def test_sessions_on_a_schedule_start_at_their_arrivals_and_open_the_window_after_the_ramp(tmp_path):
+    """Sessions of one or four turns (6 tokens, 0.1 s think), a session every 0.1 s on average
+    (Poisson), the ramp 0.8 s."""
+    mixed = conversations(count=30) + conversations(count=30, outputs=[6])
+    plan = SessionPlan(mixed, ThinkTime(0.1, "fixed"), "model", 512, seed=0, ramp_s=0.8)
     arrivals = Arrivals(10.0)
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         run = asyncio.run(
@@ -332,18 +338,41 @@ def test_sessions_on_a_schedule_start_at_their_arrivals_and_open_the_window_when
         )  # fmt: skip
     offsets = open_loop_offsets(arrivals, Window(1.0, 16), 0, 30)
     held = by_conversation(run)
-    ends = []
+    assert {len(turns) for turns in held.values()} >= {1, 4}
     for turns in held.values():
         (first, log), *_ = turns
         assert log.turn == 1 and [log.turn for _, log in turns] == list(range(1, len(turns) + 1))
         # Its first turn goes out at its arrival (a session is a `user` of its own, numbered in order).
         assert first.sent_at - run.started == pytest.approx(offsets[log.user], abs=0.05)
-        if len(turns) == 4:
-            ends.append(turns[-1][1].ended_at - run.started)
-    # The ramp: until the first session has held its four turns.
-    assert ends and run.opened_s == pytest.approx(min(ends), abs=0.01)
-    assert sum(run.counted) >= 16 and not any(
-        c for s, c in zip(run.results, run.counted) if s.sent_at - run.started < run.opened_s
-    )
+    # The ramp is a time: the first one-turn session ended long before it.
+    assert run.opened_s == pytest.approx(0.8, abs=0.02)
+    assert sum(run.counted) >= 16
+    # The counted sessions' first turns keep their send lags; the client kept its schedule.
+    counted_first = [log.turn == 1 for log, counted in zip(run.turns, run.counted) if counted]
+    assert len(run.counted_send_lags_s) == sum(counted_first) > 0
+    assert not PassRecord.of(MeasuredPass.of(run, True), {"ttft": 1000}).client_behind
     figures = session_figures(run, None)
-    assert figures["users"] is None and 1.5 <= figures["mean_turn"] <= 3.5
+    assert figures["users"] is None and 1.2 <= figures["mean_turn"] <= 3.5
+    rows = probe_rows(run, mode="session_rate", load=10.0, api="chat", burstiness=1.0, trace_scale=None,
+                      pass_number=1, slo_ms={"ttft": 1000})  # fmt: skip
+    assert {(r["measurement"], r["request_rate"], r["max_concurrency"]) for r in rows} == {
+        ("sessions=10/s", None, None)
+    }
+    assert all(r["user"] is not None for r in rows)
+
+
+def test_the_session_rate_search_starts_from_the_users_capacity():
+    plan = SessionPlan(conversations(count=2, turns=4) + conversations(count=2, turns=2), ThinkTime(1.0), "model",
+                       512, seed=0)  # fmt: skip
+    figures = {"mean_response_s": 0.5, "mean_think_s": 1.5}
+    users = {"capacity": 30, "at_capacity": {"sessions": figures},
+             "probes": [{"request_throughput": {"mean": 12.0}}]}  # fmt: skip
+    concurrency = {"probes": [{"request_throughput": {"mean": 24.0}}]}
+    found = sessions_from_users(users, concurrency, plan, floor=0.1)
+    # T = 3 turns on average: 30 / (3 x 2.0) = 5 sessions/s; the ceiling 24 / 3; the ramp the
+    # 90th percentile of 4 x 0.5 + 3 x 1.5 and 2 x 0.5 + 1.5.
+    assert found == {"start": 5.0, "ceiling": 8.0, "ramp_s": 6.5, "turns_per_session": 3.0}
+    none_met = sessions_from_users({**users, "capacity": None, "at_capacity": None}, concurrency, plan, floor=0.1)
+    assert none_met["start"] == 0.1 and none_met["ceiling"] == 8.0
+    above = sessions_from_users(users, {"probes": [{"request_throughput": {"mean": 3.0}}]}, plan, floor=0.1)
+    assert above["ceiling"] == 5.0  # never below the start

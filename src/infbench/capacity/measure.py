@@ -7,6 +7,7 @@ See docs/method.md#capacity-search, #capacity-estimate and #capacity-time-budget
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import httpx
 
@@ -173,20 +174,25 @@ def search_capacity(
         found["users"]["predicted_from_concurrency"] = predicted_users
         found["users"]["predicted_kv"] = users_kv_limit(sessions, kv, max_model_len, found["users"]) if kv else None
     if sessions is not None and session_rate:
-        start, ceiling = sessions_from_users(found["users"], found["concurrency"], sessions, settings["min_rate"])
-        progress(f"session rate search: {start:.2f} new sessions/s predicted from the users capacity by Little's law")
+        plan = sessions_from_users(found["users"], found["concurrency"], sessions, settings["min_rate"])
+        prober.sessions = replace(sessions, ramp_s=plan["ramp_s"])
+        progress(
+            f"session rate search: {plan['start']:.2f} new sessions/s predicted from the users capacity by Little's "
+            f"law; each pass's ramp {plan['ramp_s']:.1f} s"
+        )
         started = budget.start()
         rate = search(
             lambda r: prober.probe("session_rate", r),
-            start=start,
+            start=plan["start"],
             floor=settings["min_rate"],
-            ceiling=ceiling,
+            ceiling=plan["ceiling"],
             integer=False,
             tolerance=settings["tolerance"],
             max_probes=settings["max_probes"],
             out_of_time=budget.out,
         )
         found["session_rate"] = search_record("session_rate", rate, time.perf_counter() - started)
+        found["session_rate"]["predicted_from_users"] = plan
     found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found
 
@@ -204,23 +210,32 @@ def users_from_concurrency(concurrency: dict, think_s: float, ceiling: int) -> d
     return {"value": value, "in_flight": concurrency["capacity"], "response_s": response_s, "think_s": think_s}
 
 
-def sessions_from_users(users: dict, concurrency: dict, sessions: SessionPlan, floor: float) -> tuple[float, float]:
-    """The session rate search's start and ceiling, new sessions a second (docs/method.md#sessions):
-    U / (T x (R + Z)) from the users capacity U, T the turns a conversation holds on average and
-    R, Z measured at U (at its lowest probe where none met), at which sessions keep as many
-    turns in flight as U users did; the ceiling, the most requests or turns a second any
-    closed-loop probe (concurrency or users) completed, over T: past it a queue grows. Neither
-    below `floor` (capacity.min_rate)."""
-    turns = sum(len(turn_footprints(c, sessions.reply, sessions.max_model_len)) for c in sessions.conversations)
-    per_session = turns / len(sessions.conversations)
-    at = users["at_capacity"] or min(users["probes"], key=lambda probe: probe["load"])
-    response_s, think_s = at["sessions"]["mean_response_s"], at["sessions"]["mean_think_s"] or 0.0
-    start = (users["capacity"] or 1) / (per_session * (response_s + think_s)) if response_s else floor
+def sessions_from_users(users: dict, concurrency: dict, sessions: SessionPlan, floor: float) -> dict:
+    """The session rate search's start, ceiling and ramp (docs/method.md#sessions): from the users
+    capacity U with R and Z measured there, U / (T x (R + Z)) new sessions a second (T the turns
+    a conversation holds on average), at which sessions keep as many turns in flight as U users
+    did, `floor` (capacity.min_rate) where no users probe met; the ceiling, the most requests or
+    turns a second any closed-loop probe completed, over T (past it a queue grows), at least the
+    start; the ramp, the 90th percentile of the conversations' durations t x R + (t - 1) x Z (t
+    its turns), by which the sessions alive are near their steady number."""
+    held = [len(turn_footprints(c, sessions.reply, sessions.max_model_len)) for c in sessions.conversations]
+    per_session = sum(held) / len(held)
+    at = users["at_capacity"]
     highest = (
         max(probe["request_throughput"]["mean"] for probe in users["probes"] + concurrency["probes"]) / per_session
     )
-    start = max(start, floor)
-    return start, max(start, highest, floor)
+    if at is None:
+        start, response_s, think_s = floor, None, None
+    else:
+        response_s, think_s = at["sessions"]["mean_response_s"], at["sessions"]["mean_think_s"] or 0.0
+        start = max(floor, users["capacity"] / (per_session * (response_s + think_s)))
+    durations = sorted(t * (response_s or 0.0) + (t - 1) * (think_s or 0.0) for t in held)
+    return {
+        "start": start,
+        "ceiling": max(start, highest),
+        "ramp_s": durations[int(0.9 * (len(durations) - 1))],
+        "turns_per_session": per_session,
+    }
 
 
 def session_turns(sessions: SessionPlan) -> list[LoadRequest]:

@@ -115,13 +115,15 @@ class PassRecord:
 
     @property
     def client_behind(self) -> bool:
-        """Open loop: its send lag grew by over LAG_GROWTH_BEHIND of its window. Users: they took
-        their turns late, thinking over THINK_LATE longer than drawn."""
+        """Open loop (sessions on a schedule: their first turns): its send lag grew by over
+        LAG_GROWTH_BEHIND of its window. Users in sessions: they took their turns late, thinking
+        over THINK_LATE longer than drawn."""
+        late_thinking = False
         if self.sessions is not None:
             taken, drawn = self.sessions["mean_think_s"], self.sessions["mean_think_drawn_s"]
-            return bool(drawn) and taken > (1 + THINK_LATE) * drawn
+            late_thinking = bool(drawn) and taken > (1 + THINK_LATE) * drawn
         growth, window_s = self.measured.send_lag_growth_s, self.measured.run.window_s
-        return growth is not None and window_s > 0 and growth > LAG_GROWTH_BEHIND * window_s
+        return late_thinking or (growth is not None and window_s > 0 and growth > LAG_GROWTH_BEHIND * window_s)
 
     @property
     def client_cpu_share(self) -> float | None:
@@ -259,8 +261,8 @@ def pooled_sessions(passes: list[dict]) -> dict:
 def client_evidence(record: dict) -> str:
     """Why a client-limited probe's client was the limit: the reasons that counted (client_limits)."""
     reasons = {
-        "behind": f"its users took their turns late (thinking over {THINK_LATE:.0%} longer than drawn), so this many "
-        "users were not offered"
+        "behind": f"its users took their turns late (thinking over {THINK_LATE:.0%} longer than drawn, or sessions "
+        "starting behind their schedule), so this load was not offered"
         if "sessions" in record
         else "it fell behind its schedule, so this load was not offered",
         "busy": f"its process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own delays "

@@ -70,7 +70,7 @@ def load_text(mode: str, load) -> str:
     if mode == "users":
         return f"{int(load)} users"
     if mode == "session_rate":
-        return f"{load:.2f} sessions/s"
+        return f"{load:.3g} sessions/s"
     return f"c={int(load)}" if mode == "concurrency" else f"{load:.2f} req/s"
 
 
@@ -127,6 +127,11 @@ def capacity_text(mode: str, search: dict) -> str:
         return f"at least {text}, not tested above (capacity.max_concurrency met the SLO)"
     if mode == "users":
         return f"at least {text}, not tested above (sessions.max_users met the SLO)"
+    if mode == "session_rate":
+        return (
+            f"at least {text}, not tested above (the closed loops' best completion rate over a session's turns, the "
+            "highest probed, met the SLO)"
+        )
     return (
         f"at least {text}, not tested above (the closed loop's best completion rate, the highest probed, met the SLO)"
     )

@@ -136,6 +136,18 @@ def capacity_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
                 budget_s=capacity["max_search_s"] * capacity["runs"],
             )
         )
+    if config["sessions"]["capacity"] and config["sessions"]["rate"]:
+        plans.append(
+            PassPlan(
+                "capacity",
+                f"session rate search: up to {probes} probes of up to {capacity['repeats']} windows",
+                probes * capacity["repeats"],
+                capacity["window_s"],
+                None,  # each pass's ramp lasts sessions' durations: known once the users search has run
+                up_to=True,
+                budget_s=capacity["max_search_s"] * capacity["runs"],
+            )
+        )
     if capacity["rate"]:
         # Windows of ten median latencies at the concurrency capacity: known once it is found.
         plans.append(

@@ -99,7 +99,7 @@ def probe_rows(run, *, mode: str, load: float, api: str, burstiness: float, trac
         "run": 1,
         "measurement": f"users={int(load)}"
         if mode == "users"
-        else f"sessions={load:.2f}/s"
+        else f"sessions={load:g}/s"
         if mode == "session_rate"
         else level_case(
             None if closed else load, int(load) if closed else None, None if trace_scale else burstiness,

@@ -28,6 +28,9 @@ class SessionPlan:
     reply: str  # model | recorded
     max_model_len: int
     seed: int
+    # Sessions on a schedule: seconds from the pass's start until its window opens, the sessions
+    # alive then near their steady number (measure.sessions_ramp_s).
+    ramp_s: float = 0.0
 
     def supply(self, seed: int) -> Iterator[tuple[int, Conversation]]:
         """Conversations in a seeded order, round and round, each with its draw number."""
@@ -64,11 +67,14 @@ def virtual_history(conversation: Conversation, start: int) -> tuple[list[dict],
 
 
 async def converse(client, model: str, plan: SessionPlan, state, logs: dict, user: int, rng, think: float,
-                   draw: int, conversation: Conversation, start: int = 0) -> float | None:  # fmt: skip
+                   draw: int, conversation: Conversation, start: int = 0,
+                   scheduled_s: float | None = None) -> float | None:  # fmt: skip
     """One conversation held by `user` from turn `start` (from 0; its earlier turns a virtual
     history), each turn sent `think` seconds after the last ended (the first after `think` as
     given) through `state` (the pass's bookkeeping, window._Pass), so that the window counts
-    turns as it counts requests, and logged in `logs` by send index. It ends after its last turn,
+    turns as it counts requests, and logged in `logs` by send index. `scheduled_s`: a session
+    on a schedule's arrival, from the pass's start, against which its first turn's send lag is
+    kept. It ends after its last turn,
     at a failed turn, or where its next turn would not fit max_model_len (the conversation so far
     from the server's `usage`). Returns the think time drawn after its last turn; None where the
     pass ended first."""
@@ -86,6 +92,8 @@ async def converse(client, model: str, plan: SessionPlan, state, logs: dict, use
         index = state.on_send(request) if state.sending() else None
         if index is None:
             return None
+        if scheduled_s is not None and place == start + 1:
+            state.send_lag[index] = time.perf_counter() - (state.started + scheduled_s)
         logs[index] = log = TurnLog(user, conversation.id, place, think)
         streamed = await stream_request(client, model, request, "chat")
         log.ended_at = time.perf_counter()
@@ -124,31 +132,35 @@ async def users_loop(client, model: str, plan: SessionPlan, users: int, state, s
 
 async def sessions_open_loop(client, model: str, plan: SessionPlan, offsets: list[float], state, seed: int):
     """A new session at `state.started` + each offset (an open loop of sessions): one
-    conversation from its first turn, sent on arrival, its later turns after think times, each
-    session a `user` of its own in the logs. The window opens once the first session has ended,
-    the sessions alive then near their steady number. Returns the tasks and the TurnLogs."""
+    conversation from its first turn, sent on arrival (its send lag kept), its later turns after
+    think times, each session a `user` of its own in the logs. The window opens plan.ramp_s after
+    the pass's start. Returns the tasks and the TurnLogs."""
     conversations = plan.supply(seed)
     logs: dict[int, TurnLog] = {}
     tasks = []
 
-    async def session(number: int):
+    async def session(number: int, offset: float):
         rng = random.Random(f"{seed}-{number}")
         draw, conversation = next(conversations)
-        if await converse(client, model, plan, state, logs, number, rng, 0.0, draw, conversation) is not None:
-            state.open_window()
+        await converse(client, model, plan, state, logs, number, rng, 0.0, draw, conversation, scheduled_s=offset)
+
+    async def ramp():
+        await asyncio.sleep(max(0.0, state.started + plan.ramp_s - time.perf_counter()))
+        state.open_window()
 
     async def dispatch():
         for number, offset in enumerate(offsets):
             await asyncio.sleep(max(0.0, state.started + offset - time.perf_counter()))
             if not state.sending():
                 return
-            tasks.append(asyncio.ensure_future(session(number)))
+            tasks.append(asyncio.ensure_future(session(number, offset)))
         state.stop_sending()  # the schedule ran out
 
-    dispatcher = asyncio.ensure_future(dispatch())
+    dispatcher, opener = asyncio.ensure_future(dispatch()), asyncio.ensure_future(ramp())
     await state.done.wait()
     dispatcher.cancel()
-    return [dispatcher, *tasks], logs
+    opener.cancel()
+    return [dispatcher, opener, *tasks], logs
 
 
 def time_in_flight(intervals: list[tuple[float, float]], start: float, end: float) -> float:

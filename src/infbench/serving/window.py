@@ -144,8 +144,7 @@ class _Pass:
         return not self.done.is_set()
 
     def open_window(self) -> None:
-        """Sessions on a schedule: the first session ended, so the ramp has (the ramp's count is
-        then never reached)."""
+        """Sessions on a schedule: the ramp's time is up (its count is then never reached)."""
         if self.opened is None and not self.exhausted:
             self.opened = self.now()
 
@@ -299,7 +298,7 @@ async def run_window(
     in flight, or with `users` that many users in chat sessions, `supply` unused) or open loop
     (requests sent on `arrivals`, at most `concurrency` in flight where it is given, the ramp
     then lasting as many completions; with `users`, a chat session starting at each arrival,
-    the ramp lasting until the first session ended). A request is held to `timeout_s`, so the
+    the ramp lasting users.ramp_s). A request is held to `timeout_s`, so the
     hold after the window ends within it. Once the last counted request has finished,
     nothing more is sent, and what is in flight is cancelled, or with `drain` left to finish
     (uncounted), so that every request the server timed is among the results."""
@@ -312,7 +311,7 @@ async def run_window(
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
             cpu_started = time.process_time()
-            # Sessions on a schedule: the window opens when the first session ends, not at a count.
+            # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
             state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
             logs = None
             if sessions_on_schedule:
@@ -343,7 +342,10 @@ async def run_window(
         started=started,
         exhausted=state.cut_short,
         sent=state.sent,
-        counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted)] if offsets and logs is None else None,
+        # Sessions on a schedule: the lags of the counted sessions' first turns (later turns follow replies).
+        counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted) if i in state.send_lag]
+        if offsets
+        else None,
         client_cpu_s=cpu_s,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
