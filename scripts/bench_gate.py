@@ -12,7 +12,7 @@
     # the variants stage's paired gate on reference servers: one with a planted slower token schedule
     .venv/bin/python scripts/bench_gate.py variants --slowdowns 0 0.05 0.1 0.2 --runs 20
     # the same gate on vLLM: rerun a project's variants rule (fresh servers each time) and gate
-    # each run; with variants that differ only by name, every failure is a false alarm
+    # each run; with variants that differ only by name, every regressed figure is a false alarm
     .venv/bin/python scripts/bench_gate.py variants-rerun --project . --runs 8 --out variant-reruns
 
 `measure` prints, for the gate given (default: every serving figure at the default threshold),
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -185,9 +186,11 @@ def variants(slowdowns: list[float], runs: int, rounds: int, requests: int, thre
         )
 
 
-def variants_rerun(project: Path, runs: int, out: Path, patterns: list[str], model: str | None) -> None:
-    """Rerun `project`'s variants rule `runs` times (fresh servers each), keep each variants.json
-    in `out`, and gate each: with variants that differ only by name, every failure is a false alarm."""
+def variants_rerun(project: Path, runs: int, out: Path, patterns: list[str], model: str | None, cores: int) -> None:
+    """Rerun `project`'s variants rule `runs` times (fresh servers each, snakemake --cores
+    `cores`), keep each variants.json in `out`, and gate each: with variants that differ only by
+    name, every figure the gate calls regressed is a false alarm; a run the gate fails for
+    another reason (a figure incomplete or without an interval) is counted apart, as unjudged."""
     from infbench.core.artifacts import read_json
     from infbench.runs.comparison import gate_record
     from infbench.runs.gate_power import rate
@@ -196,17 +199,19 @@ def variants_rerun(project: Path, runs: int, out: Path, patterns: list[str], mod
     model = model or next(p.name for p in sorted(results.iterdir()) if (p / "variants.json").is_file())
     snakemake = Path(sys.executable).with_name("snakemake")
     out.mkdir(parents=True, exist_ok=True)
-    failed, ratios = 0, {}
+    failed, unjudged, ratios = 0, 0, {}
     for index in range(runs):
         started = time.monotonic()
         subprocess.run(
-            [str(snakemake), f"results/{model}/variants.json", "--cores", "2", "--forcerun", "variants"],
+            [str(snakemake), f"results/{model}/variants.json", "--cores", str(cores), "--forcerun", "variants"],
             cwd=project, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         record = read_json(results / model / "variants.json")
         shutil.copy2(results / model / "variants.json", out / f"run-{index}.json")
-        regressions = gate_record(record, patterns)["regressions"]
+        lines = gate_record(record, patterns)["regressions"]
+        regressions = [line for line in lines if line.startswith("regressed:")]
         failed += bool(regressions)
+        unjudged += bool(lines) and not regressions
         figures = [f for c in record["comparisons"] for f in c["figures"]]
         for f in figures:
             ratios.setdefault(f["metric"], []).append(f["ratio"])
@@ -215,12 +220,20 @@ def variants_rerun(project: Path, runs: int, out: Path, patterns: list[str], mod
             for f in figures
             if f["metric"] in ("median_tpot_ms", "output_throughput") and f["p_slower"] is not None
         )
-        verdict = f"failed ({len(regressions)}: {regressions[0]})" if regressions else "passed"
+        verdict = (
+            f"failed ({len(regressions)}: {regressions[0]})"
+            if regressions
+            else f"unjudged ({lines[0]})"
+            if lines
+            else "passed"
+        )
         print(f"run {index + 1} of {runs}, {time.monotonic() - started:.0f} s: {shown}; gate {verdict}", flush=True)
-    low, high = rate(failed, runs)["ci95"]
+    judged = runs - unjudged
+    low, high = rate(failed, judged)["ci95"] if judged else (0.0, 1.0)
     print(
-        f"gate {' '.join(patterns)}: failed {failed} of {runs} runs ({failed / runs * 100:.0f} %, "
-        f"95 % interval {low * 100:.0f}-{high * 100:.0f} %)"
+        f"gate {' '.join(patterns)}: false alarms in {failed} of {judged} judged runs "
+        f"({failed / max(judged, 1) * 100:.0f} %, 95 % interval {low * 100:.0f}-{high * 100:.0f} %); "
+        f"{unjudged} runs unjudged (a figure incomplete or without an interval)"
     )
     for metric, values in ratios.items():
         finite = [v for v in values if v is not None and math.isfinite(v)]
@@ -262,10 +275,11 @@ def main() -> None:
     rer.add_argument("--out", type=Path, required=True)
     rer.add_argument("--model", default=None)
     rer.add_argument("--gate", action="append", default=None)
+    rer.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="snakemake --cores (all CPUs)")
     args = parser.parse_args()
     if args.command == "variants-rerun":
         variants_rerun(args.project.resolve(), args.runs, args.out.resolve(),
-                       args.gate or VARIANTS_GATE, args.model)  # fmt: skip
+                       args.gate or VARIANTS_GATE, args.model, args.cores)  # fmt: skip
     elif args.command == "variants":
         variants(args.slowdowns, args.runs, args.rounds, args.requests, args.threshold,
                  args.gate or VARIANTS_GATE)  # fmt: skip

@@ -338,3 +338,30 @@ def test_two_vllm_variants_on_the_tiny_run(tiny_run):
     assert "max_num_seqs=1" in log.replace(" ", "") or "'max_num_seqs': 1" in log
     page = (tiny_run / "results/report.html").read_text()
     assert "Variants measured in turns" in page and "one_seq" in page
+
+
+def test_variants_reruns_count_regressed_figures_as_false_alarms_and_others_as_unjudged(tmp_path, monkeypatch, capsys):
+    """bench_gate variants-rerun on three canned runs: one identical, one regressed, one with a
+    failed pass (incomplete): 1 false alarm in 2 judged runs, 1 unjudged; snakemake run with --cores."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gate", REPO / "scripts/bench_gate.py")
+    bench_gate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_gate)
+    incomplete = planted_record(0.0)
+    incomplete["rounds"][1]["levels"]["c=4"]["b"].update(completed=0, failed=8, median_tpot_ms=None)
+    incomplete["comparisons"] = comparisons(incomplete["rounds"], "m", "a", 0.1)
+    canned = iter([planted_record(0.0), planted_record(0.3), incomplete])
+    (tmp_path / "results" / "m").mkdir(parents=True)
+    commands = []
+
+    def rerun(command, **kwargs):
+        commands.append(command)
+        write_json(tmp_path / "results" / "m" / "variants.json", next(canned))
+
+    monkeypatch.setattr(bench_gate.subprocess, "run", rerun)
+    bench_gate.variants_rerun(tmp_path, 3, tmp_path / "out", ["*/median_tpot_ms"], "m", cores=3)
+    out = capsys.readouterr().out
+    assert all(command[command.index("--cores") + 1] == "3" for command in commands) and len(commands) == 3
+    assert "false alarms in 1 of 2 judged runs" in out and "1 runs unjudged" in out
+    assert "gate unjudged (incomplete: m/variants/c=4/median_tpot_ms" in out
