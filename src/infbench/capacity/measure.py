@@ -113,86 +113,66 @@ def search_capacity(
         record["estimate"] = fitted_capacity(result.probes, settings["attainment"], mode, seed)
         return record
 
+    found = {"decision_rule": Rule.of(settings).to_json(), "predicted_kv_concurrency": predicted}
+
+    def searched(mode: str, *, start: float, floor: float, ceiling: float, window: Window | None = None,
+                 kv_limit: int | None = None) -> dict:  # fmt: skip
+        """One search of `mode` within its own capacity.max_search_s, its record in `found`."""
+        started = budget.start()
+        result = search(
+            lambda load: prober.probe(mode, load, window),
+            start=start,
+            floor=floor,
+            ceiling=ceiling,
+            integer=mode in COUNTED,
+            tolerance=settings["tolerance"],
+            max_probes=settings["max_probes"],
+            kv_limit=kv_limit,
+            out_of_time=budget.out,
+        )
+        found[mode] = search_record(mode, result, time.perf_counter() - started)
+        return found[mode]
+
     if predicted:
         progress(f"concurrency search: predicted KV-limited concurrency {predicted['value']}")
-    started = budget.start()
-    concurrency = search(
-        lambda c: prober.probe("concurrency", c),
+    concurrency = searched(
+        "concurrency",
         start=settings["start_concurrency"],
         floor=1,
         ceiling=settings["max_concurrency"],
-        integer=True,
-        tolerance=settings["tolerance"],
-        max_probes=settings["max_probes"],
         kv_limit=predicted["value"] if predicted else None,
-        out_of_time=budget.out,
     )
-    found = {
-        "decision_rule": Rule.of(settings).to_json(),
-        "predicted_kv_concurrency": predicted,
-        "concurrency": search_record("concurrency", concurrency, time.perf_counter() - started),
-    }
     if settings["rate"]:
-        served = found["concurrency"]["at_capacity"]
-        window = rate_window(settings, found["concurrency"])
+        served = concurrency["at_capacity"]
+        window = rate_window(settings, concurrency)
         progress(f"rate search: windows of {window.seconds:.1f} s (at least {LONG_PASS} median latencies)")
         # Little's law: the closed loop at its capacity completed requests at this rate. The
         # ceiling: the most any closed-loop probe completed (past it an open loop's queue grows).
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
-        highest = max((p.record["request_throughput"]["mean"] for p in concurrency.probes), default=0.0)
-        started = budget.start()
-        rate = search(
-            lambda r: prober.probe("request_rate", r, window),
-            start=start,
-            floor=settings["min_rate"],
-            ceiling=max(start, highest),
-            integer=False,
-            tolerance=settings["tolerance"],
-            max_probes=settings["max_probes"],
-            out_of_time=budget.out,
-        )
-        found["request_rate"] = search_record("request_rate", rate, time.perf_counter() - started)
+        highest = max((p["request_throughput"]["mean"] for p in concurrency["probes"]), default=0.0)
+        rate = searched("request_rate", start=start, floor=settings["min_rate"], ceiling=max(start, highest),
+                        window=window)  # fmt: skip
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
-        found["request_rate"]["trace_rate"] = prober.trace.rate if prober.trace is not None else None
+        rate["trace_rate"] = prober.trace.rate if prober.trace is not None else None
     if sessions is not None:
-        predicted_users = users_from_concurrency(found["concurrency"], sessions.think.mean_s, max_users)
+        predicted_users = users_from_concurrency(concurrency, sessions.think.mean_s, max_users)
         progress(
             f"users search: {predicted_users['value']} users predicted from the concurrency capacity by Little's law"
         )
-        started = budget.start()
-        users = search(
-            lambda u: prober.probe("users", u),
-            start=predicted_users["value"],
-            floor=1,
-            ceiling=max_users,
-            integer=True,
-            tolerance=settings["tolerance"],
-            max_probes=settings["max_probes"],
-            out_of_time=budget.out,
-        )
-        found["users"] = search_record("users", users, time.perf_counter() - started)
-        found["users"]["predicted_from_concurrency"] = predicted_users
-        found["users"]["predicted_kv"] = users_kv_limit(sessions, kv, max_model_len, found["users"]) if kv else None
-    if sessions is not None and session_rate:
-        plan = sessions_from_users(found["users"], found["concurrency"], sessions, settings["min_rate"])
-        prober.sessions = replace(sessions, ramp_s=plan["ramp_s"])
-        progress(
-            f"session rate search: {plan['start']:.2f} new sessions/s predicted from the users capacity by Little's "
-            f"law; each pass's ramp {plan['ramp_s']:.1f} s"
-        )
-        started = budget.start()
-        rate = search(
-            lambda r: prober.probe("session_rate", r),
-            start=plan["start"],
-            floor=settings["min_rate"],
-            ceiling=plan["ceiling"],
-            integer=False,
-            tolerance=settings["tolerance"],
-            max_probes=settings["max_probes"],
-            out_of_time=budget.out,
-        )
-        found["session_rate"] = search_record("session_rate", rate, time.perf_counter() - started)
-        found["session_rate"]["predicted_from_users"] = plan
+        users = searched("users", start=predicted_users["value"], floor=1, ceiling=max_users)
+        users["predicted_from_concurrency"] = predicted_users
+        users["predicted_kv"] = users_kv_limit(sessions, kv, max_model_len, users) if kv else None
+        if session_rate:
+            plan = sessions_from_users(users, concurrency, sessions, settings["min_rate"])
+            prober.sessions = replace(sessions, ramp_s=plan["ramp_s"])
+            progress(
+                f"session rate search: {plan['start']:.2f} new sessions/s predicted from the users capacity by "
+                f"Little's law; each pass's ramp {plan['ramp_s']:.1f} s"
+            )
+            sessions_rate = searched(
+                "session_rate", start=plan["start"], floor=settings["min_rate"], ceiling=plan["ceiling"]
+            )
+            sessions_rate["predicted_from_users"] = plan
     found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found
 

