@@ -195,7 +195,6 @@ def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(
         ("capacity", {"start_concurrency": 128, "max_concurrency": 64}, "start <= max"),
         ("sessions", {"source": "no/such/chats.json"}, "sessions.source = 'no/such/chats.json': no file there"),
         ("sessions", {"think": "gamma"}, "sessions.think"),
-        ("capacity", {"enabled": False}, "sessions.capacity searches users in the capacity stage, which is off"),
         ("sessions", {"capacity": False, "rate": True}, "sessions.rate searches the rate sessions start at"),
     ],
 )

@@ -186,11 +186,6 @@ def check_semantics(config: dict, base_dir: Path) -> None:
             "sessions.capacity: false leaves out; set sessions.capacity: true, or sessions.rate: false"
         )
     if sessions["capacity"]:
-        if not (config["capacity"]["enabled"] and config["server"]["enabled"]):
-            raise ConfigError(
-                "config error: sessions.capacity searches users in the capacity stage, which is off; set "
-                "capacity.enabled: true and server.enabled: true, or sessions.capacity: false"
-            )
         if sessions["source"] != "synthetic" and not resolve_path(sessions["source"], base_dir).is_file():
             raise ConfigError(
                 f"config error: sessions.source = {sessions['source']!r}: no file there (looked for "
