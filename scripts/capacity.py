@@ -30,7 +30,7 @@ def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_l
         tokenizer, pool, settings, max_model_len, seed, lambda messages: prompts.render_messages(messages)[1]
     )
     think = ThinkTime(settings["think_s"], settings["think"])
-    return SessionPlan(conversations, think, settings["reply"], max_model_len, seed), source
+    return SessionPlan(conversations, think, settings["reply"], max_model_len), source
 
 
 def run_log(path: str, run: int) -> str:

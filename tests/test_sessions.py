@@ -83,7 +83,7 @@ def by_conversation(run) -> dict:
 
 @pytest.mark.parametrize(("reply", "think"), [("model", "fixed"), ("recorded", "exponential")])
 def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tmp_path, reply, think):
-    plan = SessionPlan(conversations(), ThinkTime(0.2, think), reply, 512, seed=0)
+    plan = SessionPlan(conversations(), ThinkTime(0.2, think), reply, 512)
     schedule = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server, SchedulingJitter() as jitter:
         run = users_pass(server, plan, window=Window(2.0, 24))
@@ -123,7 +123,7 @@ def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tm
 def test_users_begin_spread_over_their_first_conversation_and_failed_turns_stay_in_littles_law(tmp_path):
     """Turn 2 of every conversation asks for 40 tokens, 10 ms apart: past the client's 0.2 s
     timeout, it fails, ending its conversation; its 0.2 s in flight still counts."""
-    plan = SessionPlan(conversations(outputs=[6, 40, 6, 6]), ThinkTime(0.1, "fixed"), "model", 512, seed=0)
+    plan = SessionPlan(conversations(outputs=[6, 40, 6, 6]), ThinkTime(0.1, "fixed"), "model", 512)
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         run = users_pass(server, plan, users=8, window=Window(2.0, 24), timeout_s=0.2)
     first = {}
@@ -143,7 +143,7 @@ def test_a_conversation_ends_where_its_next_turn_would_not_fit_max_model_len(tmp
     # 3 + 4 + 6 = 13 tokens after turn 1, 23 after turn 2; a turn needs its question, two messages'
     # slack and 6 output tokens: the third would need 23 + 4 + 16 + 6 = 49 > 45.
     max_model_len = 13 + USER_WORDS + 2 * MESSAGE_SLACK + 6 + 5
-    plan = SessionPlan(conversations(), ThinkTime(0.05, "fixed"), "model", max_model_len, seed=0)
+    plan = SessionPlan(conversations(), ThinkTime(0.05, "fixed"), "model", max_model_len)
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=10, itl_ms=5)) as server:
         run = users_pass(server, plan, users=2, window=Window(1.0, 10))
     held = by_conversation(run)
@@ -231,7 +231,7 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     pool = [
         {"id": f"r{i}", "prompt": "p", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"} for i in range(2000)
     ]
-    plan = SessionPlan(conversations(count=200, output=8), ThinkTime(0.05, "fixed"), "model", 4096, seed=0)
+    plan = SessionPlan(conversations(count=200, output=8), ThinkTime(0.05, "fixed"), "model", 4096)
     record = searched(tmp_path, schedule, pool, settings, load, sessions=plan, max_users=64, session_rate=True)
     concurrency, users = record["concurrency"], record["users"]
     predicted = users["predicted_from_concurrency"]
@@ -295,7 +295,7 @@ def test_a_client_late_to_its_users_turns_limits_its_probe(tmp_path, monkeypatch
     """Planted: every think sleep the client takes lasts 1.5 times the think time drawn."""
     import infbench.serving.sessions as sessions
 
-    plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512, seed=0)
+    plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512)
     slo_ms = {"ttft": 1000}
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         on_time = PassRecord.of(MeasuredPass.of(users_pass(server, plan, window=Window(1.5, 16)), False), slo_ms, 4)
@@ -318,7 +318,7 @@ def test_the_kv_prediction_for_sessions_counts_each_turn_with_its_conversation_s
     assert recorded == [(23, 6), (23 + 3 + 4 + slack, 6), (46 + 3 + 4 + slack, 6)]  # each reply its 3 words
     assert len(turn_footprints(conversation, "model", 60)) == 2  # the third turn would need 81 + 6 tokens
     # Blocks of 16: 2, 4 and 6 a conversation; 25 blocks (one is vLLM's null block) hold 6 turns.
-    plan = SessionPlan(conversations(count=3, turns=3, output=6), ThinkTime(1.5), "model", 512, seed=0)
+    plan = SessionPlan(conversations(count=3, turns=3, output=6), ThinkTime(1.5), "model", 512)
     search = {"at_capacity": {"sessions": {"mean_response_s": 0.5, "mean_think_s": 1.5}}, "probes": []}
     predicted = users_kv_limit(plan, {"block_size": 16, "num_blocks": 25}, 512, search)
     assert predicted["in_flight"] == 6 and predicted["mean_blocks_per_turn"] == 4
@@ -329,7 +329,7 @@ def test_sessions_on_a_schedule_start_at_their_arrivals_and_open_the_window_afte
     """Sessions of one or four turns (6 tokens, 0.1 s think), a session every 0.1 s on average
     (Poisson), the ramp 0.8 s."""
     mixed = conversations(count=30) + conversations(count=30, outputs=[6])
-    plan = SessionPlan(mixed, ThinkTime(0.1, "fixed"), "model", 512, seed=0, ramp_s=0.8)
+    plan = SessionPlan(mixed, ThinkTime(0.1, "fixed"), "model", 512, ramp_s=0.8)
     arrivals = Arrivals(10.0)
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         run = asyncio.run(
@@ -363,7 +363,7 @@ def test_sessions_on_a_schedule_start_at_their_arrivals_and_open_the_window_afte
 
 def test_the_session_rate_search_starts_from_the_users_capacity():
     plan = SessionPlan(conversations(count=2, turns=4) + conversations(count=2, turns=2), ThinkTime(1.0), "model",
-                       512, seed=0)  # fmt: skip
+                       512)  # fmt: skip
     figures = {"mean_response_s": 0.5, "mean_think_s": 1.5}
     users = {"capacity": 30, "at_capacity": {"sessions": figures},
              "probes": [{"request_throughput": {"mean": 12.0}}]}  # fmt: skip

@@ -88,7 +88,7 @@ def search_capacity(
     )
     pool_requests = [load_request(r, 0) for r in pool]
     # The KV usage at which the largest request (a users search: the largest turn) no longer fits.
-    full_usage = {"concurrency": kv_full_usage(pool_requests, kv), "request_rate": kv_full_usage(pool_requests, kv)}
+    full_usage = dict.fromkeys(("concurrency", "request_rate"), kv_full_usage(pool_requests, kv))
     if sessions is not None:
         full_usage["users"] = full_usage["session_rate"] = kv_full_usage(session_turns(sessions), kv)
 

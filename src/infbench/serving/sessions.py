@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from infbench.serving.client import LoadRequest, stream_request
 from infbench.workload.sessions import MESSAGE_SLACK, Conversation, ThinkTime, fits, turn_footprints
 
-REPLIES = ("model", "recorded")
-
 
 @dataclass(frozen=True)
 class SessionPlan:
@@ -27,7 +25,6 @@ class SessionPlan:
     think: ThinkTime
     reply: str  # model | recorded
     max_model_len: int
-    seed: int
     # Sessions on a schedule: seconds from the pass's start until its window opens, the sessions
     # alive then near their steady number (measure.sessions_ramp_s).
     ramp_s: float = 0.0

@@ -6,7 +6,7 @@ system prompt) or every turn of a ShareGPT file's conversations. See docs/method
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infbench.workload.requests import PASSAGE, count_tokens, passage_text
@@ -73,8 +73,8 @@ def turn_footprints(conversation: Conversation, reply: str, max_model_len: int) 
     carrying the earlier turns and replies (the model's reply is its max_tokens: the client sends
     ignore_eos), as the client estimates them; the turns that fit max_model_len."""
     context, footprints = conversation.base_tokens, []
-    for place, turn in enumerate(conversation.turns):
-        if place and not fits(context, turn, max_model_len):
+    for turn in conversation.turns:
+        if not fits(context, turn, max_model_len):
             break
         prompt = context + turn.user_tokens + 2 * MESSAGE_SLACK
         footprints.append((prompt, turn.max_tokens))
@@ -141,29 +141,28 @@ def sharegpt_conversations(
         system = None
         if messages and messages[0].get("from") == "system":
             system, messages = messages[0]["value"], messages[1:]
-        turns, context, cut = [], None, False
+        turns, cut = [], False
         for user, reply in zip(messages[::2], messages[1::2]):
             if user.get("from") not in USER_ROLES or reply.get("from") not in REPLY_ROLES or not user["value"].strip():
                 cut = True
                 break
             reply_tokens = max(1, count_tokens(tokenizer, reply["value"]))
-            turn = Turn(
-                user["value"], count_tokens(tokenizer, user["value"]), reply_tokens, reply["value"], reply_tokens
+            turns.append(
+                Turn(user["value"], count_tokens(tokenizer, user["value"]), reply_tokens, reply["value"], reply_tokens)
             )
-            if context is None:
-                context = base = base_tokens(tokenizer, system, turn, count_prompt)
-            if not fits(context, turn, max_model_len):
-                cut = True
-                break
-            turns.append(turn)
-            context += turn.user_tokens + reply_tokens + 2 * MESSAGE_SLACK
-        if not turns:
+        conversation = Conversation(
+            f"sharegpt-row{number}", system, base_tokens(tokenizer, system, turns[0], count_prompt) if turns else 0,
+            tuple(turns),
+        )  # fmt: skip
+        # The turns that fit max_model_len, each carrying the earlier ones and their replies.
+        fitting = len(turn_footprints(conversation, "recorded", max_model_len)) if turns else 0
+        if not fitting:
             counts["without_a_turn"] += 1
             continue
-        counts["cut_short"] += cut
-        counts["turns"] += len(turns)
+        counts["cut_short"] += cut or fitting < len(turns)
+        counts["turns"] += fitting
         counts["with_a_system_prompt"] += system is not None
-        conversations.append(Conversation(f"sharegpt-row{number}", system, base, tuple(turns)))
+        conversations.append(replace(conversation, turns=conversation.turns[:fitting]))
     counts["conversations"] = len(conversations)
     if not conversations:
         raise WorkloadError(
