@@ -488,6 +488,7 @@ def test_the_answer_gives_capacity_binding_rerun_cost_speedup_and_failed_checks(
             "slo_ms": {"tpot": 100},
             "attainment_target": 0.9,
             "concurrency": {**search, "binding": {"limit": "kv_memory"}},
+            "users": search,
             "cost": {"per_million_output_tokens": 1.5, "currency": "EUR"},
         },
         "offline_comparison": {
@@ -508,6 +509,10 @@ def test_the_answer_gives_capacity_binding_rerun_cost_speedup_and_failed_checks(
     assert rows == {
         "requests in flight served, 90% of requests within TPOT ≤ 100 ms": "c=8 (fitted c=8 [95 % CI c=8 to c=8])",
         "requests in flight: a rerun": "not measured: one run (capacity.runs: 3 adds it)",
+        "users in chat sessions served, 90% of turns within TPOT ≤ 100 ms": (
+            "8 users (fitted 8 users [95 % CI 8 users to 8 users])"
+        ),
+        "users in chat sessions: a rerun": "not measured: one run (capacity.runs: 3 adds it)",
         "what binds it": "KV memory (requests waited for blocks or were preempted)",
         "cost per million output tokens": "1.50 EUR",
         "vLLM over HF, output tok/s (workload_continuous vs workload_sequential)": "2.50× [2.00, 3.00]",

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 
 from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
-from infbench.core.capacity_terms import LAG_GROWTH_BEHIND, THINK_LATE, load_text
+from infbench.core.capacity_terms import COUNTED, IN_SESSIONS, LAG_GROWTH_BEHIND, THINK_LATE, load_text
 from infbench.core.checks import CLIENT_FAIL
 from infbench.core.metrics import MS, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -349,7 +349,7 @@ class Prober:
         """Windowed passes at `load` until the verdict is met or missed, the client was the limit,
         the pool ran out or capacity.repeats passes were run, all drawing on one run of distinct
         requests (a trace: its requests, replayed once a pass)."""
-        closed, users = mode in ("concurrency", "users"), mode in ("users", "session_rate")
+        closed, users = mode in COUNTED, mode in IN_SESSIONS
         replay = mode == "request_rate" and self.trace is not None
         if closed:
             arrivals = None

@@ -18,6 +18,8 @@ SEARCHES = {
 }
 # The searches over a whole number of requests or users; the others search a rate.
 COUNTED = ("concurrency", "users")
+# The searches of chat sessions, decided per turn (docs/method.md#sessions).
+IN_SESSIONS = ("users", "session_rate")
 
 
 def as_number(value: float | str) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infbench.core.capacity_terms import SEARCHES, capacity_text, load_text, rerun_text
+from infbench.core.capacity_terms import IN_SESSIONS, SEARCHES, capacity_text, load_text, rerun_text
 from infbench.core.metrics import MS
 from infbench.report.capacity import LIMITS, estimate_text
 from infbench.report.figures import figure
@@ -73,10 +73,11 @@ def answer(model: str, artifacts: dict, checks: list[dict]) -> dict:
     capacity = artifacts.get("capacity")
     if capacity:
         slo = " and ".join(f"{metric.upper()} ≤ {limit:g} ms" for metric, limit in capacity["slo_ms"].items())
-        within = f"{capacity['attainment_target']:.0%} of requests within {slo}"
         for mode, name in SEARCHES.items():
             search = capacity.get(mode)
             if search:
+                decided = "turns" if mode in IN_SESSIONS else "requests"  # users are decided per turn
+                within = f"{capacity['attainment_target']:.0%} of {decided} within {slo}"
                 fitted = estimate_text(mode, search.get("estimate"))
                 rows.append((f"{name} served, {within}", f"{capacity_text(mode, search)} (fitted {fitted})"))
                 rows.append((f"{name}: a rerun", rerun_text(mode, capacity)))
