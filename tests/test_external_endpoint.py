@@ -84,6 +84,7 @@ def project(tmp_path: Path, tiny_model: Path, base_url: str) -> Path:
         load={"concurrency": [2], "request_rates": [], "ramp": None, "window_requests": 6},
         # The capacity search runs against an endpoint too; a short one, concurrency only, at c = 1.
         capacity={"start_concurrency": 1, "max_concurrency": 1},
+        sessions={"capacity": False},  # users in sessions are tested on the reference server (test_sessions.py)
     )
     config["workload"].update(
         api="chat", source="dataset", dataset={"path": "data/my-conversations.json", "num_requests": 100}
