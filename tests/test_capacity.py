@@ -53,6 +53,9 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
             carried += 1
     assert carried > 0
     assert all(p["sessions"]["users"] == p["load"] and p["sessions"]["mean_in_flight"] > 0 for p in users)
+    for probe in users:  # its counted turns by place, as the table counts them
+        rows = table[(table["measurement"] == f"users={int(probe['load'])}") & table["counted"]]
+        assert {one["turn"]: one["turns"] for one in probe["by_turn"]} == rows.groupby("turn").size().to_dict()
     # The KV simulator's prediction for sessions, on vLLM's own pool.
     predicted_kv = capacity["users"]["predicted_kv"]
     assert predicted_kv["in_flight"] >= 1 and predicted_kv["mean_blocks_per_turn"] >= 1
@@ -196,6 +199,8 @@ def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(
         ("sessions", {"source": "no/such/chats.json"}, "sessions.source = 'no/such/chats.json': no file there"),
         ("sessions", {"think": "gamma"}, "sessions.think"),
         ("sessions", {"capacity": False, "rate": True}, "sessions.rate searches the rate sessions start at"),
+        ("sessions", {"turns": {"min": 5, "max": 2}}, "sessions.turns = .*min is above max"),
+        ("sessions", {"turns": {"min": 2}}, "sessions.turns"),
     ],
 )
 def test_capacity_and_paging_config_errors(tmp_path, section, values, message):

@@ -366,6 +366,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "summary": pd.DataFrame(),
         "figures": [],
         "probes": pd.DataFrame(),
+        "users_by_turn": pd.DataFrame(),
         "requests_table": {"file": "capacity.requests.csv", "rows": 10},
         "users": {
             "capacity": "12 users",

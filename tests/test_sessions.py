@@ -19,7 +19,7 @@ from infbench.capacity.measure import sessions_from_users, users_kv_limit
 from infbench.capacity.probe import PassRecord, client_evidence, probe_record
 from infbench.core.capacity_terms import capacity_text
 from infbench.core.errors import UserError
-from infbench.report.capacity import users_view
+from infbench.report.capacity import turns_text, users_by_turn, users_view
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.request_table import probe_rows
@@ -219,6 +219,18 @@ def test_synthetic_conversations_are_the_pools_turns_behind_one_system_prompt():
     assert all(t.reply_tokens == t.max_tokens for c in found for t in c.turns)
 
 
+def test_synthetic_conversations_draw_their_turn_counts_from_a_range_seeded():
+    pool = [{"messages": [{"role": "user", "content": f"ask {i}"}], "max_tokens": 5} for i in range(200)]
+    settings = {"turns": {"min": 2, "max": 5}, "system_prompt_tokens": 0}
+    found = synthetic_conversations(WordTokenizer(), pool, settings, 256, seed=0)
+    counts = [len(c.turns) for c in found]
+    assert set(counts) == {2, 3, 4, 5} and 200 - 5 < sum(counts) <= 200  # the pool in order, until it runs out
+    assert [t.user for c in found for t in c.turns] == [f"ask {i}" for i in range(sum(counts))]
+    assert [len(c.turns) for c in synthetic_conversations(WordTokenizer(), pool, settings, 256, seed=0)] == counts
+    assert [len(c.turns) for c in synthetic_conversations(WordTokenizer(), pool, settings, 256, seed=1)] != counts
+    assert turns_text(settings["turns"]) == "2 to 5 turns (uniform)" and turns_text(4) == "4 turns"
+
+
 @pytest.mark.slow  # a server start and a users search of a few probes
 def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(tmp_path):
     # TPOT about 2 + 2c ms: under the 17 ms SLO up to 7 requests running, over it from 8.
@@ -248,6 +260,12 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
         figures = probe["sessions"]
         assert figures["users"] == probe["load"]
         assert figures["users_from_littles_law"] == pytest.approx(probe["load"], rel=0.2)
+        # Its counted turns by place, each place's prompt carrying the conversation before it.
+        places = probe["by_turn"]
+        assert sum(p["turns"] for p in places) == probe["requests"]
+        assert sum(p["met_slo"] for p in places) == probe["met_slo"]
+        prompts = [p["mean_prompt_tokens"] for p in places]
+        assert [p["turn"] for p in places] == [1, 2, 3, 4] and prompts == sorted(prompts), places
     # Users think, so as many users as the concurrency capacity keep fewer in flight: met. But
     # their turns bunch, and the SLO breaks where the server runs 8 at once, so the users search
     # ends at or below Little's law's prediction with fewer than the capacity in flight on average.
@@ -277,6 +295,7 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     assert "sessions/s" in shown["session_rate"]
     at = users["at_capacity"]["sessions"]
     assert f"{users['capacity']} users" in shown["capacity"] and shown["prefix_caching"] == "off"
+    assert list(users_by_turn(record)["turn"]) == [1, 2, 3, 4]
     assert shown["at"]["implied"] == f"{at['users_from_littles_law']:.1f}" and shown["predicted"] == predicted["value"]
 
 

@@ -97,13 +97,17 @@ class PassRecord:
     measured: MeasuredPass
     met_slo: int
     sessions: dict | None = None  # a pass of users in sessions: its sessions.session_figures
+    turns_met: list[tuple[int, bool]] | None = None  # sessions: each counted turn's place and whether it met the SLO
 
     @classmethod
     def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
         """`users`: a users pass's users (sessions on a schedule: None)."""
-        met = sum(meets_slo(r, slo_ms) for r in measured.counted)
+        met = [meets_slo(r, slo_ms) for r in measured.counted]
         run = measured.run
-        return cls(measured, met, session_figures(run, users) if run.turns is not None else None)
+        if run.turns is None:
+            return cls(measured, sum(met))
+        places = [log.turn for log, counted in zip(run.turns, run.counted) if counted]
+        return cls(measured, sum(met), session_figures(run, users), list(zip(places, met)))
 
     @property
     def requests(self) -> int:
@@ -243,8 +247,36 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         **{f"peak_{name}": peak(f"peak_{name}") for name in PEAKS},
         "preemptions": sum(preemptions) if preemptions else None,
         **({"sessions": pooled_sessions([r["sessions"] for r in records])} if "sessions" in records[0] else {}),
+        **({"by_turn": by_turn(passes)} if passes[0].turns_met is not None else {}),
         "pass_records": records,
     }
+
+
+def by_turn(passes: list[PassRecord]) -> list[dict]:
+    """A sessions probe's counted turns by their place in the conversation (1: the first), pooled
+    over its passes: how many, how many met the SLO, and their median TTFT; later turns carry
+    longer prompts (docs/method.md#sessions)."""
+    places: dict[int, list] = {}
+    for one in passes:
+        results = one.measured.counted
+        for (place, met), result in zip(one.turns_met, results):
+            places.setdefault(place, []).append((met, result))
+    rows = []
+    for place, turns in sorted(places.items()):
+        done = [r for _, r in turns if r.success]
+        tpots = [r.tpot * MS for r in done if r.tpot is not None]
+        met = sum(m for m, _ in turns)
+        rows.append(
+            {
+                "turn": place,
+                "turns": len(turns),
+                "met_slo": met,
+                "mean_prompt_tokens": sum(r.prompt_tokens for r in done) / len(done) if done else None,
+                "median_ttft_ms": percentile([r.ttft * MS for r in done], 50) if done else None,
+                "median_tpot_ms": percentile(tpots, 50) if tpots else None,
+            }
+        )
+    return rows
 
 
 def pooled_sessions(passes: list[dict]) -> dict:

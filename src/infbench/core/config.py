@@ -185,6 +185,11 @@ def check_semantics(config: dict, base_dir: Path) -> None:
             "config error: sessions.rate searches the rate sessions start at from the users capacity, which "
             "sessions.capacity: false leaves out; set sessions.capacity: true, or sessions.rate: false"
         )
+    turns = sessions["turns"]
+    if isinstance(turns, dict) and turns["min"] > turns["max"]:
+        raise ConfigError(
+            f"config error: sessions.turns = {turns}: min is above max; give min <= max, or one number of turns"
+        )
     if sessions["capacity"]:
         if sessions["source"] != "synthetic" and not resolve_path(sessions["source"], base_dir).is_file():
             raise ConfigError(

@@ -114,6 +114,10 @@ def _kind(schema: dict, node: dict) -> str:
     """The type and the allowed values or range, e.g. `integer, 1 to 1024`."""
     if "enum" in node:
         return "one of " + ", ".join(f"`{format_value(value)}`" for value in node["enum"])
+    if "const" in node:
+        return f"`{format_value(node['const'])}`"
+    if "oneOf" in node:
+        return " or ".join(_kind(schema, _resolve(schema, choice)) for choice in node["oneOf"])
     types = node.get("type", [])
     types = [types] if isinstance(types, str) else list(types)
     names = [name for name in types if name != "null"] + (["null"] if "null" in types else [])

@@ -343,7 +343,13 @@ def view(capacity: dict | None) -> dict | None:
         "rerun_method": next(iter(capacity.get("rerun_interval", {}).values()), {}).get("method"),
         "probes": probe_table(capacity),
         "users": users_view(capacity),
+        "users_by_turn": users_by_turn(capacity),
     }
+
+
+def turns_text(turns: int | dict) -> str:
+    """sessions.turns: `4 turns`, or `2 to 6 turns (uniform)`."""
+    return f"{turns} turns" if isinstance(turns, int) else f"{turns['min']} to {turns['max']} turns (uniform)"
 
 
 def users_view(capacity: dict) -> dict | None:
@@ -359,7 +365,7 @@ def users_view(capacity: dict) -> dict | None:
         "think": f"{sessions['think_s']:g} s ({sessions['think']})",
         "reply": "the model's own replies" if sessions["reply"] == "model" else "the recorded replies",
         "source": (
-            f"{source['conversations']} synthetic conversations of {source['turns']} turns"
+            f"{source['conversations']} synthetic conversations of {turns_text(source['turns'])}"
             + (
                 f" behind one system prompt of {source['system_prompt_tokens']} tokens"
                 if source["system_prompt_tokens"]
@@ -397,3 +403,19 @@ def users_view(capacity: dict) -> dict | None:
         if users.get("predicted_kv")
         else None,
     }
+
+
+def users_by_turn(capacity: dict) -> pd.DataFrame:
+    """The users capacity's probe, its counted turns by place in the conversation (empty: none)."""
+    at = (capacity.get("users") or {}).get("at_capacity") or {}
+    return pd.DataFrame(
+        {
+            "turn": row["turn"],
+            "turns counted": row["turns"],
+            "within SLO": f"{row['met_slo'] / row['turns']:.0%}",
+            "mean prompt tokens": fmt(row["mean_prompt_tokens"], 0),
+            "median TTFT ms": fmt(row["median_ttft_ms"], 0),
+            "median TPOT ms": fmt(row["median_tpot_ms"], 1),
+        }
+        for row in at.get("by_turn", [])
+    )

@@ -90,28 +90,35 @@ def fits(conversation_tokens: int, turn: Turn, max_model_len: int) -> bool:
 
 def synthetic_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int,
                             count_prompt=None):  # fmt: skip
-    """Conversations of `turns` user turns, each a pool row's user text and output length in the
-    pool's order, behind one system prompt of about `system_prompt_tokens` tokens that every
-    conversation shares; one conversation per `turns` rows. Each turn's recorded reply is text
-    of its output length cut from the passage."""
+    """Conversations of `turns` user turns (or a count drawn uniformly from its min to its max,
+    as vLLM's multi-turn benchmark draws them), each a pool row's user text and output length in
+    the pool's order, behind one system prompt of about `system_prompt_tokens` tokens that every
+    conversation shares, until the pool runs out. Each turn's recorded reply is text of its
+    output length cut from the passage."""
     rng = random.Random(seed)
     ids = tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
     system = None
     if settings["system_prompt_tokens"]:
         system = passage_text(tokenizer, ids, rng.randrange(len(ids)), settings["system_prompt_tokens"])
+    low, high = turn_range(settings["turns"])
     turns = []
-    for row in pool[: len(pool) // settings["turns"] * settings["turns"]]:
+    for row in pool:
         text, length = row["messages"][-1]["content"], row["max_tokens"]
         reply = passage_text(tokenizer, ids, rng.randrange(len(ids)), length)
         turns.append(Turn(text, count_tokens(tokenizer, text), length, reply, count_tokens(tokenizer, reply)))
-    per = settings["turns"]
-    conversations = []
-    for index in range(len(turns) // per):
-        held = tuple(turns[index * per : (index + 1) * per])
+    conversations, start, index = [], 0, 0
+    while start + (per := low if low == high else rng.randint(low, high)) <= len(turns):
+        held = tuple(turns[start : start + per])
         base = base_tokens(tokenizer, system, held[0], count_prompt)
         if fits(base, held[0], max_model_len):
             conversations.append(Conversation(f"synthetic-{index:05d}", system, base, held))
+        start, index = start + per, index + 1
     return conversations
+
+
+def turn_range(turns: int | dict) -> tuple[int, int]:
+    """sessions.turns as (fewest, most) turns a synthetic conversation holds."""
+    return (turns, turns) if isinstance(turns, int) else (turns["min"], turns["max"])
 
 
 def sharegpt_records(path: Path) -> list:
