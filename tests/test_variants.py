@@ -12,12 +12,12 @@ from conftest import REPO, reference_paired_ratio
 
 from infbench.core.artifacts import read_json, validate, write_json
 from infbench.core.errors import UserError
+from infbench.core.stats import p_slower, paired_log_ratio
 from infbench.runs.comparison import gate_record
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.variants import (
     Variant,
     comparisons,
-    paired_p_slower,
     rotation,
     run_rounds,
     vllm_version,
@@ -43,11 +43,13 @@ def test_the_paired_p_value_is_below_the_gates_level_exactly_when_the_interval_c
     base = [100 * math.exp(rng.gauss(0, 0.05)) for _ in range(4)]
     cand = [b * math.exp(rng.gauss(-0.15, 0.05)) for b in base]
     ratio, low, high = reference_paired_ratio(cand, base)
-    p = paired_p_slower(cand, base, "higher", 0.1)
+    paired = paired_log_ratio(cand, base)
+    assert paired[0] == pytest.approx(ratio)
+    p = p_slower(*paired, "higher", 0.1)
     assert (p < 0.025) == (high < 1 / 1.1), (p, low, high)
     # Lower is better: the same samples read as latencies, the gain their inverse.
-    assert (paired_p_slower(cand, base, "lower", 0.1) < 0.025) == (low > 1.1)
-    assert paired_p_slower(cand[:1], base[:1], "higher", 0.1) is None
+    assert (p_slower(*paired, "lower", 0.1) < 0.025) == (low > 1.1)
+    assert paired_log_ratio(cand[:1], base[:1]) is None
 
 
 def measured(tmp_path, itl_ms: dict, rounds: int = 4) -> dict:

@@ -164,6 +164,29 @@ def upper_tail(t: float, df: int) -> float:
     return tail if t >= 0 else 1 - tail
 
 
+def paired_log_ratio(numerator, denominator) -> tuple[float, float, int] | None:
+    """Paired measurements' ratio and the standard error of its logarithm, with the degrees of
+    freedom its interval uses: d_i = ln(a_i / b_i), r = exp(mean(d)), se(ln r) = sd(d) / sqrt(n),
+    df = n - 1. None with one pair or a value not above zero."""
+    if len(numerator) < 2 or min([*numerator, *denominator]) <= 0:
+        return None
+    logs = summarize([math.log(a / b) for a, b in zip(numerator, denominator, strict=True)])
+    return math.exp(logs.mean), logs.std / math.sqrt(logs.n), logs.n - 1
+
+
+def p_slower(ratio: float, se_log: float, df: int, better: str, threshold: float) -> float:
+    """How surprising a candidate / baseline `ratio` is if the candidate is no slower than the
+    threshold band: with the gain g = ratio (1 / ratio where lower is better),
+
+    t = (ln(1 / (1 + threshold)) - ln g) / se(ln g),   p = P(T >= t) with `df` degrees of freedom.
+
+    p < 0.025 exactly when the 95 % interval of g lies wholly below 1 / (1 + threshold)."""
+    gain = ratio if better == "higher" else 1 / ratio
+    if se_log == 0:
+        return 0.0 if gain < 1 / (1 + threshold) else 1.0
+    return upper_tail((-math.log(1 + threshold) - math.log(gain)) / se_log, df)
+
+
 def paired_ratio(numerator, denominator) -> dict:
     """Ratio of paired measurements (a_i, b_i taken side by side) with a 95 % CI on the log
     scale, so that drift both members of a pair share cancels:

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, replace
 from infbench.core.capacity_terms import ABOVE, BELOW, COUNTED, as_number, undecided_ends
 from infbench.core.errors import UserError
 from infbench.core.level_names import level_case, level_name
-from infbench.core.stats import log_ratio, ratio_of_means, shift_for_power, summarize, t_upper, upper_tail
+from infbench.core.stats import log_ratio, ratio_of_means, shift_for_power, summarize, t_upper
+from infbench.core.stats import p_slower as stats_p_slower
 from infbench.runs.results import RunResults
 
 FASTER, SLOWER, NO_DIFFERENCE, NO_INTERVAL = "faster", "slower", "no difference detected", "no interval"
@@ -209,22 +210,11 @@ def compare_figure(baseline: Figure, candidate: Figure, threshold: float) -> Fig
 
 
 def p_slower(baseline: Figure, candidate: Figure, threshold: float) -> float | None:
-    """How surprising the candidate is if it is no slower than the threshold band: with the gain
-    g = candidate / baseline (baseline / candidate where lower is better) and se(ln g) from
-    stats.log_ratio,
-
-    t = (ln(1 / (1 + threshold)) - ln g) / se(ln g),   p = P(T >= t), df Welch's (stats.log_ratio).
-
-    p < 0.025 exactly when the verdict is `slower` (the whole 95 % interval of g lies below
-    1 / (1 + threshold)). None without an interval (a run with one sample)."""
+    """stats.p_slower of the candidate against the baseline, se(ln g) and Welch's df from
+    stats.log_ratio; p < 0.025 exactly when the verdict is `slower`. None without an interval
+    (a run with one sample)."""
     fitted = log_ratio(candidate.samples, baseline.samples)
-    if fitted is None:
-        return None
-    ratio, se_log, df = fitted
-    gain = ratio if baseline.better == "higher" else 1 / ratio
-    if se_log == 0:
-        return 0.0 if gain < 1 / (1 + threshold) else 1.0
-    return upper_tail((-math.log(1 + threshold) - math.log(gain)) / se_log, df)
+    return None if fitted is None else stats_p_slower(*fitted, baseline.better, threshold)
 
 
 CAPACITY_SEARCHES = {"concurrency": "requests in flight", "request_rate": "req/s", "users": "users",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from infbench.core.errors import UserError
 from infbench.core.metrics import aggregate, goodput
-from infbench.core.stats import paired_ratio, summarize, upper_tail
+from infbench.core.stats import p_slower, paired_log_ratio, paired_ratio, summarize
 from infbench.engines.servers import ServerSpec
 from infbench.engines.vllm_server import empty_prefix_cache
 from infbench.runs.comparison import NO_INTERVAL, verdict
@@ -167,33 +167,6 @@ def run_rounds(servers: dict, workload: list[dict], *, levels: list[int], reques
     return records
 
 
-def paired_p_slower(numerator: list[float], denominator: list[float], better: str, threshold: float) -> float | None:
-    """The paired form of the run comparison's p_slower: with d_i = ln(gain_i), gain_i the
-    round's candidate / baseline (baseline / candidate where lower is better),
-
-    t = (ln(1 / (1 + threshold)) - mean(d)) / (sd(d) / sqrt(n)),   p = P(T >= t), df n - 1.
-
-    p < 0.025 exactly when the paired 95 % interval lies wholly below 1 / (1 + threshold).
-    None with one round, or a figure not above zero."""
-    if len(numerator) < 2 or min(numerator + denominator) <= 0:
-        return None
-    sign = 1 if better == "higher" else -1
-    gains = summarize([sign * math.log(a / b) for a, b in zip(numerator, denominator, strict=True)])
-    se = gains.std / math.sqrt(gains.n)
-    bound = -math.log(1 + threshold)
-    if se == 0:
-        return 0.0 if gains.mean < bound else 1.0
-    return upper_tail((bound - gains.mean) / se, gains.n - 1)
-
-
-def paired_se_log(numerator: list[float], denominator: list[float]) -> float | None:
-    """sd(d) / sqrt(n) of the rounds' log ratios d_i: the spread the gate's reach is taken from."""
-    if len(numerator) < 2:
-        return None
-    logs = summarize([math.log(a / b) for a, b in zip(numerator, denominator, strict=True)])
-    return logs.std / math.sqrt(logs.n)
-
-
 def figure_samples(rounds: list[dict], level: str, name: str, key: str) -> list[float | None]:
     """The variant's figure round by round; None for a pass with a failed request, whose
     figures stand for fewer requests than the other variants' (docs/method.md#variants)."""
@@ -212,6 +185,7 @@ def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float)
             for key, better in FIGURES.items():
                 base, cand = (figure_samples(rounds, level, n, key) for n in (baseline, name))
                 usable = all(v is not None and v > 0 for v in base + cand)
+                paired = paired_log_ratio(cand, base) if usable else None
                 ratio = (
                     paired_ratio(cand, base)
                     if usable and len(rounds) > 1
@@ -231,8 +205,8 @@ def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float)
                         **ratio,
                         "verdict": verdict(ratio, better, threshold) if usable else NO_INTERVAL,
                         "samples_are": {"baseline": SAMPLES_ARE, "candidate": SAMPLES_ARE},
-                        "p_slower": paired_p_slower(cand, base, better, threshold) if usable else None,
-                        "se_log": paired_se_log(cand, base) if usable else None,
+                        "p_slower": p_slower(*paired, better, threshold) if paired else None,
+                        "se_log": paired[1] if paired else None,
                     }
                 )
         found.append(
