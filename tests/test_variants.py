@@ -13,7 +13,7 @@ from conftest import REPO, reference_paired_ratio
 from infbench.core.artifacts import read_json, validate, write_json
 from infbench.core.errors import UserError
 from infbench.core.stats import p_slower, paired_log_ratio
-from infbench.runs.comparison import gate_record
+from infbench.runs.comparison import NO_INTERVAL, gate_record
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.variants import (
     Variant,
@@ -367,3 +367,20 @@ def test_variants_reruns_count_regressed_figures_as_false_alarms_and_others_as_u
     assert all(command[command.index("--cores") + 1] == "3" for command in commands) and len(commands) == 3
     assert "false alarms in 1 of 2 judged runs" in out and "1 runs unjudged" in out
     assert "gate unjudged (incomplete: m/variants/c=4/median_tpot_ms" in out
+
+
+def test_the_report_table_gives_each_figures_paired_ratio_interval_and_verdict():
+    from infbench.report.variants import METRIC_NAMES, ratio_table
+
+    record = planted_record(0.3)
+    table = ratio_table(record).set_index("figure")
+    assert list(table.index) == list(METRIC_NAMES.values()) and set(table["level"]) == {"c=4"}
+    tpot = figure(record, "b", "median_tpot_ms")
+    row = table.loc["median TPOT ms"]
+    assert (row["variant"], row["ratio, geometric mean of rounds"], row["verdict"]) == ("b", tpot["ratio"], "slower")
+    assert row["ci95"] == f"[{tpot['ci95_low']:.3f}, {tpot['ci95_high']:.3f}]" and tpot["ci95_low"] > 1.1
+    assert table.loc["output tok/s", "verdict"] == "faster"  # planted 30 % higher too: higher is better
+    # A pass with a failed request stands for fewer requests: no interval, and the verdict says so.
+    record["rounds"][1]["levels"]["c=4"]["b"]["failed"] = 1
+    shown = ratio_table({**record, "comparisons": comparisons(record["rounds"], "m", "a", 0.1)})
+    assert set(shown["ci95"]) == {""} and set(shown["verdict"]) == {NO_INTERVAL}
