@@ -4,7 +4,7 @@
 # this script installs does: the lock's checksum below ties them together. `make lock`
 # rewrites it, and a lock edited by hand stops here instead of installing a stale mix.
 set -euo pipefail
-LOCK_SHA256=bc2c7c831f90b80a4fd62bcecf4d9c6c41d2ebcfa2a2a9db2414a656369ab19b
+LOCK_SHA256=05fd83cf3c98cb52ed775a365a7c7e86ecec1c3305d7a44ac43df63a2f9b9c39
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if ! echo "$LOCK_SHA256  $here/cpu.lock.txt" | sha256sum --check --status; then
     echo "error: envs/cpu.lock.txt changed but envs/cpu.post-deploy.sh still names the old lock; run: make lock-checksums" >&2
