@@ -53,6 +53,8 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
             carried += 1
     assert carried > 0
     assert all(p["sessions"]["users"] == p["load"] and p["sessions"]["mean_in_flight"] > 0 for p in users)
+    # Each turn's place as its request id names it (from the conversation, not from the logs).
+    assert (turns["request_id"].str.extract(r"/turn-(\d+)#")[0].astype(int) == turns["turn"]).all()
     for probe in users:  # its counted turns by place, as the table counts them
         rows = table[(table["measurement"] == f"users={int(probe['load'])}") & table["counted"]]
         assert {one["turn"]: one["turns"] for one in probe["by_turn"]} == rows.groupby("turn").size().to_dict()

@@ -366,7 +366,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "summary": pd.DataFrame(),
         "figures": [],
         "probes": pd.DataFrame(),
-        "users_by_turn": pd.DataFrame(),
+        "users_by_turn": pd.DataFrame([{"turn": 1, "turns counted": 9}, {"turn": 2, "turns counted": 8}]),
         "requests_table": {"file": "capacity.requests.csv", "rows": 10},
         "users": {
             "capacity": "12 users",
@@ -490,6 +490,7 @@ def test_the_answer_gives_capacity_binding_rerun_cost_speedup_and_failed_checks(
             "attainment_target": 0.9,
             "concurrency": {**search, "binding": {"limit": "kv_memory"}},
             "users": search,
+            "session_rate": search,
             "cost": {"per_million_output_tokens": 1.5, "currency": "EUR"},
         },
         "offline_comparison": {
@@ -514,6 +515,10 @@ def test_the_answer_gives_capacity_binding_rerun_cost_speedup_and_failed_checks(
             "8 users (fitted 8 users [95 % CI 8 users to 8 users])"
         ),
         "users in chat sessions: a rerun": "not measured: one run (capacity.runs: 3 adds it)",
+        "new chat sessions a second served, 90% of turns within TPOT ≤ 100 ms": (
+            "8 sessions/s (fitted 8 sessions/s [95 % CI 8 sessions/s to 8 sessions/s])"
+        ),
+        "new chat sessions a second: a rerun": "not measured: one run (capacity.runs: 3 adds it)",
         "what binds it": "KV memory (requests waited for blocks or were preempted)",
         "cost per million output tokens": "1.50 EUR",
         "vLLM over HF, output tok/s (workload_continuous vs workload_sequential)": "2.50× [2.00, 3.00]",

@@ -49,6 +49,8 @@ def test_the_paired_p_value_is_below_the_gates_level_exactly_when_the_interval_c
     assert (p < 0.025) == (high < 1 / 1.1), (p, low, high)
     # Lower is better: the same samples read as latencies, the gain their inverse.
     assert (p_slower(*paired, "lower", 0.1) < 0.025) == (low > 1.1)
+    swapped, (_, low_swapped, _) = paired_log_ratio(base, cand), reference_paired_ratio(base, cand)
+    assert (p_slower(*swapped, "lower", 0.1) < 0.025) == (low_swapped > 1.1)
     assert paired_log_ratio(cand[:1], base[:1]) is None
 
 
@@ -373,12 +375,17 @@ def test_the_report_table_gives_each_figures_paired_ratio_interval_and_verdict()
     from infbench.report.variants import METRIC_NAMES, ratio_table
 
     record = planted_record(0.3)
+    for one, jitter in zip(record["rounds"], [1.0, 1.03, 0.98, 1.01]):  # b's own jitter: an interval with width
+        figures = one["levels"]["c=4"]["b"]
+        figures.update({key: value * jitter for key, value in figures.items() if key not in ("completed", "failed")})
+    record["comparisons"] = comparisons(record["rounds"], "m", "a", 0.1)
     table = ratio_table(record).set_index("figure")
     assert list(table.index) == list(METRIC_NAMES.values()) and set(table["level"]) == {"c=4"}
     tpot = figure(record, "b", "median_tpot_ms")
     row = table.loc["median TPOT ms"]
     assert (row["variant"], row["ratio, geometric mean of rounds"], row["verdict"]) == ("b", tpot["ratio"], "slower")
-    assert row["ci95"] == f"[{tpot['ci95_low']:.3f}, {tpot['ci95_high']:.3f}]" and tpot["ci95_low"] > 1.1
+    assert row["ci95"] == f"[{tpot['ci95_low']:.3f}, {tpot['ci95_high']:.3f}]"
+    assert 1.1 < tpot["ci95_low"] < tpot["ratio"] < tpot["ci95_high"] and 0 < tpot["p_slower"] < 0.025
     assert table.loc["output tok/s", "verdict"] == "faster"  # planted 30 % higher too: higher is better
     # A pass with a failed request stands for fewer requests: no interval, and the verdict says so.
     record["rounds"][1]["levels"]["c=4"]["b"]["failed"] = 1

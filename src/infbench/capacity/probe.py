@@ -107,7 +107,7 @@ class PassRecord:
         if run.turns is None:
             return cls(measured, sum(met))
         places = [log.turn for log, counted in zip(run.turns, run.counted) if counted]
-        return cls(measured, sum(met), session_figures(run, users), list(zip(places, met)))
+        return cls(measured, sum(met), session_figures(run, users), list(zip(places, met, strict=True)))
 
     @property
     def requests(self) -> int:
@@ -254,12 +254,11 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
 
 def by_turn(passes: list[PassRecord]) -> list[dict]:
     """A sessions probe's counted turns by their place in the conversation (1: the first), pooled
-    over its passes: how many, how many met the SLO, and their median TTFT; later turns carry
-    longer prompts (docs/method.md#sessions)."""
+    over its passes (docs/method.md#sessions): later turns carry longer prompts."""
     places: dict[int, list] = {}
     for one in passes:
         results = one.measured.counted
-        for (place, met), result in zip(one.turns_met, results):
+        for (place, met), result in zip(one.turns_met, results, strict=True):
             places.setdefault(place, []).append((met, result))
     rows = []
     for place, turns in sorted(places.items()):

@@ -90,8 +90,8 @@ def fits(conversation_tokens: int, turn: Turn, max_model_len: int) -> bool:
 
 def synthetic_conversations(tokenizer, pool: list[dict], settings: dict, max_model_len: int, seed: int,
                             count_prompt=None):  # fmt: skip
-    """Conversations of `turns` user turns (or a count drawn uniformly from its min to its max,
-    as vLLM's multi-turn benchmark draws them), each a pool row's user text and output length in
+    """Conversations of `turns` user turns (or a count drawn uniformly from its min to its max
+    inclusive, docs/method.md#sessions), each a pool row's user text and output length in
     the pool's order, behind one system prompt of about `system_prompt_tokens` tokens that every
     conversation shares, until the pool runs out. Each turn's recorded reply is text of its
     output length cut from the passage."""
