@@ -80,17 +80,19 @@ def figure(record: dict, candidate: str, metric: str) -> dict:
 
 
 def test_a_planted_slower_token_schedule_is_measured_by_the_paired_ratio_and_fails_the_gate(tmp_path):
-    """Beside the baseline (10 ms a token), an identical variant and one 20 % slower (12 ms):
-    the slower one's TPOT ratio is 1.2 within the paired interval, its verdict `slower`, and the
-    gate fails on it alone; the order rotated by round; every pass had the same requests."""
-    record = measured(tmp_path, {"base": 10.0, "same": 10.0, "slow": 12.0})
+    """Beside the baseline (10 ms a token), an identical variant and one 40 % slower (14 ms):
+    the slower one's TPOT ratio is 1.4 within the paired interval, its verdict `slower`, and the
+    gate fails on it alone; the order rotated by round; every pass had the same requests. (At
+    20 % the interval's lower end, 1.2 / exp(t(3) x se), met the 1.1 band on a loaded machine:
+    `no difference detected` once in three runs.)"""
+    record = measured(tmp_path, {"base": 10.0, "same": 10.0, "slow": 14.0})
     orders = [r["order"] for r in record["rounds"]]
     assert orders == [["base", "same", "slow"], ["same", "slow", "base"], ["slow", "base", "same"], orders[0]]
     for one in record["rounds"]:
         assert {p["completed"] for p in one["levels"]["c=4"].values()} == {8}
         assert {p["failed"] for p in one["levels"]["c=4"].values()} == {0}
     tpot = figure(record, "slow", "median_tpot_ms")
-    assert tpot["ratio"] == pytest.approx(1.2, rel=0.05) and tpot["ci95_low"] <= 1.2 * 1.02
+    assert tpot["ratio"] == pytest.approx(1.4, rel=0.05) and tpot["ci95_low"] <= 1.4 * 1.02
     expected = reference_paired_ratio(tpot["candidate"]["samples"], tpot["baseline"]["samples"])
     assert (tpot["ratio"], tpot["ci95_low"], tpot["ci95_high"]) == pytest.approx(expected, rel=1e-9)
     assert tpot["verdict"] == "slower" and tpot["key"] == "m/variants/c=4/median_tpot_ms"
