@@ -3,7 +3,7 @@ taking turns, round by round, on the same requests -> variants.json (docs/method
 
 from infbench.core.artifacts import read_jsonl
 from infbench.core.stage import run_stage
-from infbench.engines.servers import spec_from_params, start_server
+from infbench.engines.servers import spec_from_params
 from infbench.engines.vllm_server import started_together
 from infbench.serving.variants import comparisons, run_rounds, variants_of, vllm_version
 
@@ -15,12 +15,14 @@ def main(stage):
     versions = {variant.name: vllm_version(variant) for variant in variants}
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     servers = {
-        variant.name: start_server(variant.server_spec(spec), stage.servers_log_dir / f"{variant.name}.log")
-        for variant in variants
+        variant.name: variant.server(spec, stage.servers_log_dir / f"{variant.name}.log") for variant in variants
     }
     with started_together({f"variant {name}": server for name, server in servers.items()}):
         for name, server in servers.items():
-            print(f"variant {name}: server ready on {server.base_url} after {server.startup_s:.1f} s")
+            started = (
+                f"after {server.startup_s:.1f} s" if server.startup_s is not None else "(an endpoint run elsewhere)"
+            )
+            print(f"variant {name}: server ready on {server.base_url} {started}")
         rounds = run_rounds(
             servers,
             read_jsonl(stage.input.workload),

@@ -8,7 +8,7 @@ import math
 import sys
 
 import pytest
-from conftest import REPO, reference_paired_ratio
+from conftest import REPO, load_default_config, reference_paired_ratio
 
 from infbench.core.artifacts import read_json, validate, write_json
 from infbench.core.errors import UserError
@@ -247,6 +247,7 @@ def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_pat
     import socket
 
     from infbench.engines.vllm_server import ServerError, ServerProcess, port_is_free
+    from infbench.serving import variants
 
     script, stage = variants_script_stage(tmp_path)
     started, holder = {}, socket.socket()
@@ -266,7 +267,7 @@ def test_a_variant_whose_server_fails_to_start_stops_the_stage_naming_it(tmp_pat
     try:
         exits = "the vLLM server exited with code 2 while starting"
         for broken, says in (("exits", exits), ("port", "port .* in use")):
-            monkeypatch.setattr(script, "start_server", lambda spec, log, b=broken: start(spec, log, b))
+            monkeypatch.setattr(variants, "start_server", lambda spec, log, b=broken: start(spec, log, b))
             with pytest.raises(ServerError, match=rf"^variant fewer: {says}"):
                 script.main(stage)
             assert port_is_free(started["ok"].port) and not started["ok"].alive()
@@ -296,7 +297,7 @@ def test_a_variant_whose_server_dies_between_passes_stops_the_stage_naming_it(tm
             server.stop()
         return real_pass(server, *args, **how)
 
-    monkeypatch.setattr(script, "start_server", start)
+    monkeypatch.setattr(variants, "start_server", start)
     monkeypatch.setattr(variants, "measured_pass", measured_pass)
     died = r"^the server stopped answering during variant fewer's pass at concurrency 2"
     with pytest.raises(ServerError, match=died):
@@ -393,3 +394,50 @@ def test_the_report_table_gives_each_figures_paired_ratio_interval_and_verdict()
     record["rounds"][1]["levels"]["c=4"]["b"]["failed"] = 1
     shown = ratio_table({**record, "comparisons": comparisons(record["rounds"], "m", "a", 0.1)})
     assert set(shown["ci95"]) == {""} and set(shown["verdict"]) == {NO_INTERVAL}
+
+
+def test_an_endpoint_run_elsewhere_is_a_variant_measured_in_its_turns(tmp_path, monkeypatch):
+    """Beside a server started here (base, 10 ms a token), an endpoint the user runs (remote, its
+    key in a variable, 14 ms a token): measured in turns as it runs, its start-up and version
+    recorded as unknown (no /version), its TPOT 1.4 times base's; its key is written nowhere; an
+    endpoint that is not there stops the stage naming the variant; an endpoint with engine
+    settings is refused."""
+    from infbench.core.config import ConfigError, validate_config
+    from infbench.engines.external_endpoint import EndpointError
+    from infbench.serving import variants
+
+    script, stage = variants_script_stage(tmp_path)
+    key = "sk-test-endpoint-variant"
+    monkeypatch.setenv("VARIANT_KEY", key)
+    base = ReferenceServer("m", tmp_path / "base.log", Schedule(ttft_ms=5, itl_ms=10, max_num_seqs=16))
+    monkeypatch.setattr(variants, "start_server", lambda spec, log: base)
+    schedule = Schedule(ttft_ms=5, itl_ms=14, max_num_seqs=16)
+    with ReferenceServer("served-there", tmp_path / "remote.log", schedule, api_key=key) as remote:
+        endpoint = {"base_url": f"{remote.base_url}/v1", "model": "served-there", "api_key_env": "VARIANT_KEY"}
+        stage.params.variants["list"] = [{"name": "base"}, {"name": "remote", "endpoint": endpoint}]
+        stage.params.variants["rounds"] = 4
+        script.main(stage)
+        assert remote.alive()  # not ours to stop
+    record = read_json(tmp_path / "variants.json")
+    validate(record, "variants")
+    assert (
+        record["startup_s"]["remote"] is None and record["vllm_versions"]["remote"] == "an endpoint's own (no /version)"
+    )
+    tpot = figure(record, "remote", "median_tpot_ms")
+    assert tpot["ratio"] == pytest.approx(1.4, rel=0.1) and tpot["verdict"] == "slower"
+    assert key not in (tmp_path / "variants.json").read_text()
+    from infbench.report.variants import view
+
+    shown = view(record)["variants"][1]
+    assert shown == ("remote", f"endpoint {endpoint['base_url']} (served-there)", "an endpoint's own (no /version)")
+    # An endpoint that is not there: one line naming the variant, base's server stopped.
+    stage.params.variants["list"][1]["endpoint"]["base_url"] = "http://127.0.0.1:9"
+    with pytest.raises(EndpointError, match=r"^variant remote: cannot reach http://127.0.0.1:9/v1/models"):
+        script.main(stage)
+    assert not base.alive()
+    config = load_default_config()
+    config["variants"] = {"enabled": True, "list": [{"name": "a"}, {"name": "b", "endpoint": endpoint, "env": {}}]}
+    with pytest.raises(
+        ConfigError, match="'b' names an endpoint and env; an endpoint runs as it was started elsewhere"
+    ):
+        validate_config(config, REPO / "workflow/schemas/config.schema.yaml", REPO)

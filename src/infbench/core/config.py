@@ -165,6 +165,15 @@ def check_semantics(config: dict, base_dir: Path) -> None:
             raise ConfigError(
                 f"config error: variants.list names {repeated[0]!r} twice; give each variant its own name"
             )
+        for variant in variants["list"]:
+            changes = [
+                key for key in ("engine", "flags", "env", "python") if variant.get("endpoint") and key in variant
+            ]
+            if changes:
+                raise ConfigError(
+                    f"config error: variants.list's {variant['name']!r} names an endpoint and {', '.join(changes)}; an "
+                    "endpoint runs as it was started elsewhere: drop them, or drop the endpoint to start a server here"
+                )
         if variants["rounds"] % len(names):
             fit = -(-variants["rounds"] // len(names)) * len(names)
             raise ConfigError(

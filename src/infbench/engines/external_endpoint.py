@@ -86,6 +86,16 @@ class ExternalEndpoint:
         self.check()
         return self
 
+    # As a server launched with others (vllm_server.started_together): nothing to start or stop.
+    def launch(self) -> None:
+        pass
+
+    def wait_ready(self) -> None:
+        self.check()
+
+    def stop(self) -> None:
+        pass
+
     def __exit__(self, *exc) -> None:
         pass
 

@@ -275,8 +275,8 @@ def started_together(servers: dict[str, ServerProcess]):
     def named(name, step):
         try:
             step()
-        except ServerError as error:
-            raise ServerError(f"{name}: {error}") from None
+        except UserError as error:  # a ServerError, or an external endpoint's EndpointError
+            raise type(error)(f"{name}: {error}") from None
 
     try:
         for name, server in servers.items():

