@@ -42,6 +42,7 @@ def main(stage):
             "threshold": settings["threshold"],
             "startup_s": {name: server.startup_s for name, server in servers.items()},
             "vllm_versions": versions,
+            "prefix_cache_reset": {name: bool(server.resets_prefix_cache) for name, server in servers.items()},
             "rounds": rounds,
             "comparisons": comparisons(rounds, stage.facts["name"], variants[0].name, settings["threshold"]),
         },

@@ -417,12 +417,11 @@ def test_an_endpoint_run_elsewhere_is_a_variant_measured_in_its_turns(tmp_path, 
         stage.params.variants["list"] = [{"name": "base"}, {"name": "remote", "endpoint": endpoint}]
         stage.params.variants["rounds"] = 4
         script.main(stage)
-        assert remote.alive()  # not ours to stop
     record = read_json(tmp_path / "variants.json")
     validate(record, "variants")
-    assert (
-        record["startup_s"]["remote"] is None and record["vllm_versions"]["remote"] == "an endpoint's own (no /version)"
-    )
+    assert record["startup_s"]["remote"] is None
+    assert record["vllm_versions"]["remote"] == "an endpoint's own (no /version)"
+    assert record["prefix_cache_reset"] == {"base": False, "remote": True}  # it answers /reset_prefix_cache
     tpot = figure(record, "remote", "median_tpot_ms")
     assert tpot["ratio"] == pytest.approx(1.4, rel=0.1) and tpot["verdict"] == "slower"
     assert key not in (tmp_path / "variants.json").read_text()
@@ -430,14 +429,22 @@ def test_an_endpoint_run_elsewhere_is_a_variant_measured_in_its_turns(tmp_path, 
 
     shown = view(record)["variants"][1]
     assert shown == ("remote", f"endpoint {endpoint['base_url']} (served-there)", "an endpoint's own (no /version)")
-    # An endpoint that is not there: one line naming the variant, base's server stopped.
+    # An endpoint that is not there, or whose key variable is unset: one line naming the variant
+    # and its setting, before any server here starts.
     stage.params.variants["list"][1]["endpoint"]["base_url"] = "http://127.0.0.1:9"
-    with pytest.raises(EndpointError, match=r"^variant remote: cannot reach http://127.0.0.1:9/v1/models"):
+    unreachable = r"^variant remote: cannot reach http://127.0.0.1:9/v1/models .* fix variants.list's 'remote' endpoint"
+    with pytest.raises(EndpointError, match=unreachable):
+        script.main(stage)
+    monkeypatch.delenv("VARIANT_KEY")
+    unset = r"^variant remote: variants.list's 'remote' endpoint.api_key_env = 'VARIANT_KEY', but that .* is not set"
+    with pytest.raises(EndpointError, match=unset):
         script.main(stage)
     assert not base.alive()
     config = load_default_config()
     config["variants"] = {"enabled": True, "list": [{"name": "a"}, {"name": "b", "endpoint": endpoint, "env": {}}]}
-    with pytest.raises(
-        ConfigError, match="'b' names an endpoint and env; an endpoint runs as it was started elsewhere"
-    ):
+    with pytest.raises(ConfigError, match="'b' names an endpoint and env; an endpoint runs as it was started"):
+        validate_config(config, REPO / "workflow/schemas/config.schema.yaml", REPO)
+    del config["variants"]["list"][1]["env"]
+    config["models"].append({**config["models"][0], "name": "another"})
+    with pytest.raises(ConfigError, match="'b' is an endpoint, which serves one model, but models lists 2"):
         validate_config(config, REPO / "workflow/schemas/config.schema.yaml", REPO)

@@ -169,6 +169,11 @@ def check_semantics(config: dict, base_dir: Path) -> None:
             changes = [
                 key for key in ("engine", "flags", "env", "python") if variant.get("endpoint") and key in variant
             ]
+            if variant.get("endpoint") and len(config["models"]) > 1:
+                raise ConfigError(
+                    f"config error: variants.list's {variant['name']!r} is an endpoint, which serves one model, but "
+                    f"models lists {len(config['models'])}; list that one model, or drop the endpoint variant"
+                )
             if changes:
                 raise ConfigError(
                     f"config error: variants.list's {variant['name']!r} names an endpoint and {', '.join(changes)}; an "

@@ -27,7 +27,10 @@ class ExternalEndpoint:
     log_path = None
     resets_prefix_cache = False  # not ours to empty
 
-    def __init__(self, base_url: str, model: str, api_key_env: str | None = None, metrics: bool = True):
+    def __init__(self, base_url: str, model: str, api_key_env: str | None = None, metrics: bool = True,
+                 setting: str = "server.external"):  # fmt: skip
+        """`setting`: where the config gives it, named in every error."""
+        self.setting = setting
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.host = urlparse(self.base_url).hostname
         self.served_name = model
@@ -37,7 +40,7 @@ class ExternalEndpoint:
             self.api_key = os.environ.get(api_key_env)
             if not self.api_key:
                 raise EndpointError(
-                    f"server.external.api_key_env = {api_key_env!r}, but that environment variable is not set "
+                    f"{setting}.api_key_env = {api_key_env!r}, but that environment variable is not set "
                     f"or empty; export {api_key_env}=<your key> before running snakemake"
                 )
 
@@ -51,12 +54,12 @@ class ExternalEndpoint:
         except httpx.HTTPError as error:
             raise EndpointError(
                 f"cannot reach {self.base_url}/v1/models ({type(error).__name__}: {error}); start the server or "
-                "fix server.external.base_url"
+                f"fix {self.setting}.base_url"
             ) from None
         if response.status_code in (401, 403):
             raise EndpointError(
                 f"{self.base_url} refused the request (HTTP {response.status_code}): the key is missing or wrong; "
-                "set server.external.api_key_env to the variable holding the endpoint's key"
+                f"set {self.setting}.api_key_env to the variable holding the endpoint's key"
             )
         if response.status_code != 200:
             raise EndpointError(
@@ -66,7 +69,7 @@ class ExternalEndpoint:
         if self.served_name not in served:
             raise EndpointError(
                 f"{self.base_url} serves {', '.join(map(str, served)) or 'no model'}, not {self.served_name!r}; "
-                "set server.external.model to the served name"
+                f"set {self.setting}.model to the served name"
             )
 
     def alive(self) -> bool:
@@ -95,6 +98,14 @@ class ExternalEndpoint:
 
     def stop(self) -> None:
         pass
+
+    def empties_its_prefix_cache(self) -> bool:
+        """Whether it answers vLLM's POST /reset_prefix_cache (a server in dev mode): then it is
+        emptied between passes as the servers started here are (this call empties it once)."""
+        try:
+            return httpx.post(f"{self.base_url}/reset_prefix_cache", headers=self._headers(), timeout=30).is_success
+        except httpx.HTTPError:
+            return False
 
     def __exit__(self, *exc) -> None:
         pass

@@ -69,8 +69,15 @@ class Variant:
         """Its server, not yet launched (vllm_server.started_together launches it): the endpoint
         where it names one, else a server of the config's spec with its changes."""
         if self.endpoint:
-            endpoint = self.endpoint
-            return ExternalEndpoint(endpoint["base_url"], endpoint["model"], endpoint.get("api_key_env"))
+            endpoint, setting = self.endpoint, f"variants.list's {self.name!r} endpoint"
+            try:
+                server = ExternalEndpoint(endpoint["base_url"], endpoint["model"], endpoint.get("api_key_env"),
+                                          setting=setting)  # fmt: skip
+                server.check()  # before any server here starts: its model, its key
+            except UserError as error:
+                raise type(error)(f"variant {self.name}: {error}") from None
+            server.resets_prefix_cache = server.empties_its_prefix_cache()
+            return server
         return start_server(self.server_spec(spec), log_path)
 
 
