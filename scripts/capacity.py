@@ -13,24 +13,7 @@ from infbench.engines.external_endpoint import measured_server
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import pin_threads, place_client, server_max_num_seqs
 from infbench.serving.request_table import write_table
-from infbench.serving.sessions import SessionPlan
-from infbench.workload.requests import Prompts
-from infbench.workload.sessions import ThinkTime, build_conversations
-
-
-def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int):
-    """The users search's sessions (None where sessions.capacity is off) and their source."""
-    if settings is None:
-        return None, None
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = Prompts(tokenizer, "chat")  # sessions run through the chat template: a model without one stops here
-    conversations, source = build_conversations(
-        tokenizer, pool, settings, max_model_len, seed, lambda messages: prompts.render_messages(messages)[1]
-    )
-    think = ThinkTime(settings["think_s"], settings["think"])
-    return SessionPlan(conversations, think, settings["reply"], max_model_len), source
+from infbench.serving.sessions import session_plan
 
 
 def run_log(path: str, run: int) -> str:

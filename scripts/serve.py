@@ -12,6 +12,7 @@ from infbench.engines.settings import place_client
 from infbench.serving.arrivals import replayable, workload_trace
 from infbench.serving.client_cost import calibrate, cost_of
 from infbench.serving.request_table import level_rows, write_table
+from infbench.serving.sessions import session_plan
 from infbench.serving.sweep import run_sweep, study_request
 from infbench.workload.requests import STUDY_API_PROMPT, has_chat_template
 
@@ -22,6 +23,11 @@ def main(stage):
 
     tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
     workload = read_jsonl(stage.input.workload)
+    pool = read_jsonl(stage.input.pool)
+    # load.users: its sessions, built before the server starts (a model without a chat template stops here).
+    sessions, sessions_source = session_plan(
+        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed
+    )
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     # A fresh server: the study's request below is its first, cold one.
     server = measured_server(spec, params.server["external"], stage.log.server)
@@ -57,13 +63,14 @@ def main(stage):
         levels = run_sweep(
             server=server,
             workload=workload,
-            pool=read_jsonl(stage.input.pool),
+            pool=pool,
             load=params.load,
             seed=params.seed,
             timeout_s=params.server["request_timeout_s"],
             tokenizer=tokenizer,
             prefix_caching=kv["prefix_caching"] if kv else None,
             client_cost=cost_of(ceiling),
+            sessions=sessions,
         )
     for note in notes:
         print(f"note: {note}")
@@ -92,6 +99,7 @@ def main(stage):
             "client_placement": placement,
             "client_ceiling": ceiling,
             "levels": levels,
+            "sessions": {**params.sessions, "conversations": sessions_source} if sessions else None,
             "requests_table": table,
             "notes": notes,
         },

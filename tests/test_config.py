@@ -58,6 +58,10 @@ def test_hub_and_local_models_are_accepted(tmp_path, default_config):
         (lambda c: c["engine"].update(block_size=48), ["engine.block_size = 48", "multiple of 32"]),
         (lambda c: c["engine"].update(max_model_len=64), ["study_max_new_tokens", "max_model_len = 64"]),
         (lambda c: c["workload"]["synthetic"].update(preset="custom"), ["workload.synthetic", "required property"]),
+        (  # load.users reads the sessions' file as the users search does
+            lambda c: (c["load"].update(users=[4]), c["sessions"].update(source="/no/such.jsonl")),
+            ["sessions.source = '/no/such.jsonl'", "no file there", "ShareGPT"],
+        ),
     ],
 )
 def test_bad_config_is_refused_with_key_value_and_allowed(default_config, edit, expected):

@@ -19,7 +19,7 @@ from infbench.core.checks import STATUS_RANK
 from infbench.core.metrics import RequestResult
 from infbench.engines.external_endpoint import EndpointError, ExternalEndpoint
 from infbench.engines.server_metrics import MetricsSeries
-from infbench.serving.client import LevelRun, LoadRequest, StreamedResult
+from infbench.serving.client import LevelRun, StreamedResult
 from infbench.serving.level_checks import validity_checks
 from infbench.serving.reference_server import ReferenceServer, Schedule
 
@@ -174,12 +174,14 @@ def test_a_missing_key_variable_and_a_wrong_model_name_are_refused(endpoint, key
 def test_checks_that_need_metrics_say_not_available_instead_of_failing():
     """An endpoint without vLLM's /metrics: the checks that read it are not available, the others run."""
     result = RequestResult("r#0", 10, 4, 0.1, 0.4, [0.1, 0.1, 0.1])
-    run = LevelRun([StreamedResult(result, "a b c d", 0.0)], 1.0, MetricsSeries([], available=False), 0.01, [], 0.0)
-    checks = {c["name"]: c for c in validity_checks(run, [LoadRequest("r#0", "p", 10, 4)], None, False)}
+    run = LevelRun(
+        [StreamedResult(result, "a b c d", 0.0, max_tokens=4)], 1.0, MetricsSeries([], available=False), 0.01, [], 0.0
+    )
+    checks = {c["name"]: c for c in validity_checks(run, None, False)}
     assert checks["metrics_coverage"]["status"] == checks["prefix_cache_hit_rate"]["status"] == "not_available"
     assert checks["failed_requests"]["status"] == checks["short_outputs"]["status"] == "pass"
     assert STATUS_RANK["not_available"] > STATUS_RANK["warn"]
     # With /metrics available and nothing scraped, the same level is flagged.
     run.metrics = MetricsSeries([])
-    flagged = {c["name"]: c for c in validity_checks(run, [LoadRequest("r#0", "p", 10, 4)], None, False)}
+    flagged = {c["name"]: c for c in validity_checks(run, None, False)}
     assert flagged["metrics_coverage"]["status"] == "warn"

@@ -29,6 +29,7 @@ def rows(count: int) -> list[dict]:
 LOAD = {
     "concurrency": [4],
     "chat_concurrency": [],
+    "users": [],
     "request_rates": [20.0],
     "burstiness": 1.0,
     "max_concurrency": None,

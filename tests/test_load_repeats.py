@@ -1,6 +1,8 @@
 """A load level over repeats: pooled figures, intervals across repeats, percentiles the sample
 supports, and repeats that disagree."""
 
+from dataclasses import replace
+
 import pytest
 
 from infbench.core.metrics import RequestResult, aggregate
@@ -8,6 +10,7 @@ from infbench.core.stats import median_interval, percentile_needs
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals
 from infbench.serving.client import LevelRun, LoadRequest, StreamedResult
+from infbench.serving.level_checks import validity_checks
 from infbench.serving.sweep import Level, percentile_support, repeats_agree, summarize_level, warmup_requests
 
 
@@ -33,20 +36,14 @@ def fake_run(tpots: list[float], *, duration: float = 2.0, tokens: int = 11) -> 
     for index, tpot in enumerate(tpots):
         e2el = 0.1 + tpot * (tokens - 1)
         result = RequestResult(f"r{index}", 5, tokens, 0.1 + index * 1e-3, e2el, [tpot] * (tokens - 1))
-        results.append(StreamedResult(result, "x" * tokens, 100.0 + index * 0.01))
+        results.append(StreamedResult(result, "x" * tokens, 100.0 + index * 0.01, max_tokens=tokens))
     samples = [{"t": -0.01, "vllm:num_requests_running": 0.0}, {"t": 0.5, "vllm:num_requests_running": 4.0}]
     samples += [{"t": 1.0, "vllm:num_requests_running": 4.0}, {"t": duration + 0.01}]
     return LevelRun(results, duration, MetricsSeries(samples), 0.1, [], 100.0)
 
 
-def requests_for(run: LevelRun) -> list[LoadRequest]:
-    return [LoadRequest(s.result.request_id, "p", 5, s.result.output_tokens) for s in run.results]
-
-
 def level_of(runs):
-    return summarize_level(
-        runs, requests_for(runs[0]), level=Level(4), slo_ms={"ttft": 500}, tokenizer=None, prefix_caching=False
-    )
+    return summarize_level(runs, level=Level(4), slo_ms={"ttft": 500}, tokenizer=None, prefix_caching=False)
 
 
 def test_a_level_pools_its_repeats_and_gives_intervals_across_them():
@@ -92,3 +89,12 @@ def test_warmup_sends_what_the_level_keeps_in_flight_cut_short():
     warm = warmup_requests(requests, Level(4))
     assert {r.max_tokens for r in warm} == {16} and all(r.id.startswith("warmup-") for r in warm)
     assert requests[0].max_tokens == 64  # the measured requests are untouched
+
+
+def test_an_output_shorter_than_its_max_tokens_fails_the_level():
+    """ignore_eos should give every request the tokens it asked for: one short is flagged."""
+    run = fake_run([0.05] * 4)
+    assert next(c for c in validity_checks(run, None, False) if c["name"] == "short_outputs")["status"] == "pass"
+    run.results[1] = replace(run.results[1], max_tokens=12)  # it asked for 12 and got 11
+    short = next(c for c in validity_checks(run, None, False) if c["name"] == "short_outputs")
+    assert (short["status"], short["value"]) == ("fail", 1)

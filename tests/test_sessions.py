@@ -409,3 +409,43 @@ def test_the_session_rate_search_starts_from_the_users_capacity():
     assert none_met["start"] == 0.1 and none_met["ceiling"] == 8.0
     above = sessions_from_users(users, {"probes": [{"request_throughput": {"mean": 3.0}}]}, plan, floor=0.1)
     assert above["ceiling"] == 5.0  # never below the start
+
+
+@pytest.mark.slow  # two reference-server passes of 2 s and their warm-ups
+def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles_law(tmp_path):
+    """load.users: N users in sessions as a serving level beside the request levels, its turns
+    counted in a steady-state window, each repeat read through Little's law, every turn in the
+    request table with its user, conversation and place."""
+    from test_level_windows import LOAD, rows
+
+    from infbench.core.level_names import level_name
+    from infbench.report.serve import level_label
+    from infbench.serving.request_table import level_rows
+    from infbench.serving.sweep import run_sweep
+
+    plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512)
+    load = {**LOAD, "request_rates": [], "users": [4], "window_s": 1.0, "warmup": True}
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)) as server:
+        closed, users = run_sweep(
+            server=server, workload=rows(4), pool=rows(1000), load=load, seed=0, timeout_s=30, tokenizer=None,
+            prefix_caching=False, sessions=plan, progress=lambda line: None,
+        )  # fmt: skip
+    assert closed["mode"] == "concurrency" and "sessions" not in closed
+    assert (users["mode"], users["api"], users["max_concurrency"]) == ("users", "chat", 4)
+    assert (level_name(users), level_label(users)) == ("users=4", "4 users")
+    for repeat in users["repeats"]:
+        assert len(repeat["requests"]) >= LOAD["window_requests"]
+        assert all(
+            r["request_id"].startswith("c") and r["turn"] >= 1 and r["user"] in range(4) for r in repeat["requests"]
+        )
+        checks = {c["name"]: c["status"] for c in repeat["checks"]}
+        assert checks["steady_window"] == checks["short_outputs"] == checks["failed_requests"] == "pass"
+        assert repeat["sessions"]["users"] == 4
+        assert repeat["sessions"]["users_from_littles_law"] == pytest.approx(4, rel=0.15)
+        assert repeat["sessions"]["turns"] == len(repeat["requests"])
+    turns = [r["sessions"]["turns"] for r in users["repeats"]]
+    assert users["sessions"]["turns"] == pytest.approx(sum(turns) / len(turns))
+    table = [r for r in level_rows([users], LOAD["slo_ms"]) if r["counted"]]
+    assert {r["measurement"] for r in table} == {"users=4"}
+    assert len(table) == sum(len(r["requests"]) for r in users["repeats"])
+    assert all(r["conversation"] and r["think_s"] is not None for r in table)

@@ -1,13 +1,6 @@
 # SLO capacity: the most requests in flight (and the highest rate, and users in sessions) served
 # within the SLO.
 
-SESSIONS_FILE = (
-    [config["sessions"]["source"]]
-    if config["sessions"]["capacity"] and config["sessions"]["source"] != "synthetic"
-    else []
-)
-
-
 rule capacity:
     """The most requests in flight (and the highest rate) served within the SLO, by bracketing
     and bisection on a fresh server, the search seeded by the KV simulator's prediction."""
@@ -31,7 +24,7 @@ rule capacity:
         pool=rules.workload.output.pool,
         code=script_code("capacity"),
         # A ShareGPT file of conversations, where the users search reads one.
-        sessions=SESSIONS_FILE,
+        sessions=sessions_file(config["sessions"]["capacity"]),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,

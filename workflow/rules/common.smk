@@ -108,6 +108,12 @@ def interleaved_after(engine, wildcards):
     return expand(previous, model=wildcards.model)
 
 
+def sessions_file(measured):
+    """The ShareGPT file of conversations where a stage measures sessions and reads one: an input."""
+    source = config["sessions"]["source"]
+    return [source] if measured and source != "synthetic" else []
+
+
 def stage_config(wildcards, *sections):
     """The config that produced a stage's numbers, recorded in its artifact's provenance."""
     record = {section: MEASURED_BENCHMARK if section == "benchmark" else config[section] for section in sections}

@@ -30,6 +30,8 @@ rule serve:
         workload=rules.workload.output.requests,
         pool=rules.workload.output.pool,
         code=script_code("serve"),
+        # A ShareGPT file of conversations, where load.users reads one.
+        sessions=sessions_file(config["load"]["users"]),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -37,8 +39,12 @@ rule serve:
         engine=config["engine"],
         server=config["server"],
         load=config["load"],
+        # Only where load.users measures users, so that session settings rerun nothing otherwise.
+        sessions=config["sessions"] if config["load"]["users"] else None,
         seed=config["seed"],
-        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "load", "seed"),
+        provenance_config=lambda wildcards: stage_config(
+            wildcards, "hardware", "engine", "server", "load", "sessions", "seed"
+        ),
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,

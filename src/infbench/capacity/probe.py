@@ -20,7 +20,7 @@ from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import cycle_requests, load_request, run_level
 from infbench.serving.request_table import probe_rows
-from infbench.serving.sessions import SessionPlan, session_figures
+from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures
 from infbench.serving.sweep import Level, warmup_requests
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
 
@@ -246,7 +246,7 @@ def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_t
         "out_of_time": out_of_time and decision == "undecided",
         **{f"peak_{name}": peak(f"peak_{name}") for name in PEAKS},
         "preemptions": sum(preemptions) if preemptions else None,
-        **({"sessions": pooled_sessions([r["sessions"] for r in records])} if "sessions" in records[0] else {}),
+        **({"sessions": pooled_session_figures([r["sessions"] for r in records])} if "sessions" in records[0] else {}),
         **({"by_turn": by_turn(passes)} if passes[0].turns_met is not None else {}),
         "pass_records": records,
     }
@@ -276,17 +276,6 @@ def by_turn(passes: list[PassRecord]) -> list[dict]:
             }
         )
     return rows
-
-
-def pooled_sessions(passes: list[dict]) -> dict:
-    """A users probe's Little's-law figures (sessions.session_figures), each the mean over its
-    passes (None where no pass has one)."""
-
-    def mean(key):
-        values = [p[key] for p in passes if p[key] is not None]
-        return sum(values) / len(values) if values else None
-
-    return {"users": passes[0]["users"], **{key: mean(key) for key in passes[0] if key != "users"}}
 
 
 def client_evidence(record: dict) -> str:

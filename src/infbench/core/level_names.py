@@ -31,7 +31,9 @@ def level_case(
 
 def level_name(level: dict) -> str:
     """level_case of one of this pipeline's level records (runs made before chat levels or
-    trace levels existed lack those fields)."""
+    trace levels existed lack those fields); users=N for N users in chat sessions."""
+    if level.get("mode") == "users":
+        return f"users={level['max_concurrency']}"
     return level_case(
         level["request_rate"],
         level["max_concurrency"],

@@ -13,6 +13,8 @@ from infbench.report.tables import fmt
 
 
 def level_label(level: dict) -> str:
+    if level["mode"] == "users":
+        return f"{level['max_concurrency']} users"
     prefix = "chat " if level.get("api") == "chat" else ""
     if level["mode"] == "concurrency":
         return f"{prefix}c={level['max_concurrency']}"

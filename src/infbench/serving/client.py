@@ -217,6 +217,7 @@ class PassWindow:
     completed_prompt_tokens: int  # their prompt tokens
     output_tokens: float  # output tokens that arrived in the window
     cancelled: list[dict] = field(default_factory=list)  # window.cancelled_record of each request cut off
+    turns: dict[str, dict] = field(default_factory=dict)  # users in sessions: TurnLog.to_json by request id
 
     @property
     def seconds(self) -> float:

@@ -16,7 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from infbench.serving.client import LoadRequest, stream_request
-from infbench.workload.sessions import MESSAGE_SLACK, Conversation, ThinkTime, fits, turn_footprints
+from infbench.workload.requests import Prompts
+from infbench.workload.sessions import (
+    MESSAGE_SLACK,
+    Conversation,
+    ThinkTime,
+    build_conversations,
+    fits,
+    turn_footprints,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,22 @@ class SessionPlan:
         order = list(self.conversations)
         random.Random(seed).shuffle(order)
         return enumerate(itertools.cycle(order), start=1)
+
+
+def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int):
+    """The sessions of config section `settings` (None: none are measured, None returned) and
+    their source, their turns rendered through the model's chat template."""
+    if settings is None:
+        return None, None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompts = Prompts(tokenizer, "chat")  # sessions run through the chat template: a model without one stops here
+    conversations, source = build_conversations(
+        tokenizer, pool, settings, max_model_len, seed, lambda messages: prompts.render_messages(messages)[1]
+    )
+    think = ThinkTime(settings["think_s"], settings["think"])
+    return SessionPlan(conversations, think, settings["reply"], max_model_len), source
 
 
 @dataclass
@@ -216,3 +240,14 @@ def session_figures(run, users: int) -> dict:
         if run.metrics.available and queries[1] > queries[0]
         else None,
     }
+
+
+def pooled_session_figures(passes: list[dict]) -> dict:
+    """Several passes' session_figures at one number of users, each the mean over the passes
+    (None where no pass has one)."""
+
+    def mean(key):
+        values = [p[key] for p in passes if p[key] is not None]
+        return sum(values) / len(values) if values else None
+
+    return {"users": passes[0]["users"], **{key: mean(key) for key in passes[0] if key != "users"}}

@@ -35,6 +35,7 @@ from infbench.serving.level_checks import (
     processes_needed,
     validity_checks,
 )
+from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
 from infbench.serving.window import RequestSupply, Window, ensure_alive, level_run, measure_pass, streamed_record
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
@@ -95,15 +96,19 @@ def study_request(
 
 @dataclass(frozen=True)
 class Level:
-    """One load level: closed loop (`concurrency` in flight, no arrivals) or open loop
-    (requests sent on `arrivals`, at most `concurrency` in flight where it is given)."""
+    """One load level: closed loop (`concurrency` in flight, no arrivals; with `users`, that
+    many users in chat sessions) or open loop (requests sent on `arrivals`, at most
+    `concurrency` in flight where it is given)."""
 
     concurrency: int | None
     arrivals: Arrivals | TraceArrivals | None = None
     api: str = "completions"  # or "chat": /v1/chat/completions, through the model's chat template
+    users: bool = False
 
     @property
     def mode(self) -> str:
+        if self.users:
+            return "users"
         if self.arrivals is None:
             return "concurrency"
         if isinstance(self.arrivals, TraceArrivals):
@@ -114,10 +119,12 @@ class Level:
     def windowed(self) -> bool:
         """Measured in a steady-state window (serving/window.py): a closed loop or a fixed rate.
         A ramp holds no load steady and a trace replays its own schedule: whole passes."""
-        return self.mode in ("concurrency", "request_rate")
+        return self.mode in ("concurrency", "request_rate", "users")
 
     @property
     def label(self) -> str:
+        if self.users:
+            return f"{self.concurrency} users in chat sessions"
         prefix = "chat, " if self.api == "chat" else ""
         if self.arrivals is None:
             return f"{prefix}concurrency {self.concurrency}"
@@ -134,7 +141,7 @@ def configured_levels(
     """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them,
     all through the workload's API; with a trace's arrival times (replayable), one replay a scale
     (load.trace_scales); then, for a completions workload of a model with a chat template, the
-    closed-loop chat levels (load.chat_concurrency)."""
+    closed-loop chat levels (load.chat_concurrency); then users in chat sessions (load.users)."""
     levels = [Level(concurrency, api=api) for concurrency in load["concurrency"]]
     levels += [
         Level(load["max_concurrency"], Arrivals(rate, load["burstiness"]), api) for rate in load["request_rates"]
@@ -146,7 +153,7 @@ def configured_levels(
         levels += [Level(load["max_concurrency"], TraceArrivals(trace, scale), api) for scale in load["trace_scales"]]
     if api == "completions" and chat_available:
         levels += [Level(concurrency, api="chat") for concurrency in load["chat_concurrency"]]
-    return levels
+    return levels + [Level(users, api="chat", users=True) for users in load["users"]]
 
 
 # Level figures summarized across repeats (mean and 95 % CI over the repeats' values).
@@ -198,7 +205,6 @@ def windowed_throughput(runs: list[LevelRun], slo_ms: dict | None) -> dict:
 
 def repeat_summary(
     run: LevelRun,
-    requests: list[LoadRequest],
     *,
     slo_ms: dict,
     tokenizer,
@@ -229,7 +235,7 @@ def repeat_summary(
             "peak_num_requests_running": series.peak("vllm:num_requests_running"),
             "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
-            "checks": validity_checks(run, requests, tokenizer, prefix_caching, client_cost),
+            "checks": validity_checks(run, tokenizer, prefix_caching, client_cost),
             "window": run.window.to_json() if run.window else None,
             **windowed_throughput([run], slo_ms),
             "metrics_series": run.metrics.samples,
@@ -260,9 +266,15 @@ def queue_figures(records: list[dict]) -> dict:
     }
 
 
+def record(run: LevelRun, streamed) -> dict:
+    """A request as the client saw it (window.streamed_record); a turn also with its user,
+    conversation, place and think time."""
+    turn = run.window.turns.get(streamed.result.request_id, {}) if run.window else {}
+    return {**streamed_record(streamed, run.started), **turn}
+
+
 def request_records(run: LevelRun) -> list[dict]:
-    """Each request as the client saw it (window.streamed_record)."""
-    return [streamed_record(s, run.started) for s in run.results]
+    return [record(run, s) for s in run.results]
 
 
 def uncounted_records(run: LevelRun) -> list[dict]:
@@ -272,7 +284,7 @@ def uncounted_records(run: LevelRun) -> list[dict]:
     if run.window is None:
         return []
     counted = {id(s) for s in run.results}
-    return [streamed_record(s, run.started) for s in run.window.finished if id(s) not in counted]
+    return [record(run, s) for s in run.window.finished if id(s) not in counted]
 
 
 def worst_checks(repeats: list[dict]) -> list[dict]:
@@ -328,7 +340,6 @@ def percentile_support(pooled: list[dict]) -> dict:
 
 def summarize_level(
     runs: list[LevelRun],
-    requests: list[LoadRequest],
     *,
     level: Level,
     slo_ms: dict,
@@ -339,9 +350,7 @@ def summarize_level(
     """A level over its repeats: vLLM's result fields over the pooled requests (durations
     summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept."""
     repeats = [
-        repeat_summary(
-            run, requests, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching, client_cost=client_cost
-        )
+        repeat_summary(run, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching, client_cost=client_cost)
         for run in runs
     ]
     results = [s.result for run in runs for s in run.results]
@@ -409,13 +418,6 @@ def expected_client_share(level: Level, requests: list[LoadRequest], client_cost
     return client_cost.load_share(rate, rate * mean_tokens)
 
 
-def recorded(requests, drawn: dict[str, LoadRequest]):
-    """The requests of an iterator as they are drawn, each also kept in `drawn` by its id."""
-    for request in requests:
-        drawn[request.id] = request
-        yield request
-
-
 def run_sweep(
     *,
     server: VLLMServer | ExternalEndpoint,
@@ -427,20 +429,22 @@ def run_sweep(
     tokenizer,
     prefix_caching: bool,
     client_cost: ClientCost | None = None,
+    sessions: SessionPlan | None = None,
     progress=print,
 ) -> list[dict]:
     """Every configured level against a running server, `load.repeats` rounds over the levels
     in turn, each level pass after its warm-up, repeat k's open-loop schedule seeded seed + k: a
     closed loop or fixed rate in a steady-state window (`measure_pass`) over distinct requests
-    from `pool`, a ramp on load.ramp.requests of them, a trace replaying its own. Stops at the
-    first level the server does not survive. See docs/method.md#steady-state-windows."""
+    from `pool` (users: in `sessions`' conversations), a ramp on load.ramp.requests of them, a
+    trace replaying its own. Stops at the first level the server does not survive. See
+    docs/method.md#steady-state-windows and #sessions."""
     traced = trace_requests(workload)
     trace = workload_trace(workload)
     levels = configured_levels(load, workload[0]["api"], has_chat_template(tokenizer), trace)
     supply = RequestSupply(pool, load_request, seed)
     window = Window(load["window_s"], load["window_requests"])
-    drawn: dict[str, LoadRequest] = {r.id: r for r in traced}
     runs = [[] for _ in levels]
+    sessions_figures = [[] for _ in levels]  # users levels: each pass's session_figures
 
     def how(level: Level) -> dict:
         """What every pass of a level is sent and scraped with, whole or windowed."""
@@ -464,12 +468,12 @@ def run_sweep(
         ensure_alive(server, f"the load level {level.label}", run.results)
         return run
 
-    def windowed_pass(level: Level, pass_seed: int) -> LevelRun:
+    def windowed_pass(level: Level, pass_seed: int):
         measured = measure_pass(
             server,
-            recorded(supply.take(), drawn),
+            iter(()) if level.users else supply.take(),
             what=f"the load level {level.label}",
-            pool=f"{len(pool)} distinct requests in request_pool.jsonl",
+            pool=None if level.users else f"{len(pool)} distinct requests in request_pool.jsonl",
             fix="lower the level",
             window=window,
             concurrency=level.concurrency,
@@ -477,11 +481,12 @@ def run_sweep(
             seed=pass_seed,
             **how(level),
             drain=True,  # every request vLLM timed among the results: the time split needs them
+            users=sessions if level.users else None,
         )
-        return level_run(measured)
+        return level_run(measured), session_figures(measured.run, level.concurrency) if level.users else None
 
     def ramp_requests() -> list[LoadRequest]:
-        return list(recorded(itertools.islice(supply.take(), load["ramp"]["requests"]), drawn))
+        return list(itertools.islice(supply.take(), load["ramp"]["requests"]))
 
     for repeat in range(load["repeats"]):
         for index, level in enumerate(levels):
@@ -489,7 +494,9 @@ def run_sweep(
                 warm = warmup_requests(cycle_requests(workload, level.concurrency or 1), level)
                 whole_pass(level, warm, concurrency=len(warm), arrivals=None, pass_seed=seed)
             if level.windowed:
-                run = windowed_pass(level, seed + repeat)
+                run, figures = windowed_pass(level, seed + repeat)
+                if figures is not None:
+                    sessions_figures[index].append(figures)
             else:
                 requests = traced if level.mode == "trace" else ramp_requests()
                 processes = load["client_processes"]
@@ -513,16 +520,19 @@ def run_sweep(
                 f"output tok/s, median TTFT {summary['median_ttft_ms']:.0f} ms, median TPOT "
                 f"{summary['median_tpot_ms']:.1f} ms, {summary['failed']} failed"
             )
-    requests = list(drawn.values())
-    return [
-        summarize_level(
+    summaries = []
+    for level, level_runs, figures in zip(levels, runs, sessions_figures):
+        summary = summarize_level(
             level_runs,
-            requests,
             level=level,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,
             client_cost=client_cost,
         )
-        for level, level_runs in zip(levels, runs)
-    ]
+        if figures:  # each repeat read through Little's law, and the level over them
+            summary["sessions"] = pooled_session_figures(figures)
+            for repeat, one in zip(summary["repeats"], figures, strict=True):
+                repeat["sessions"] = one
+        summaries.append(summary)
+    return summaries

@@ -78,7 +78,6 @@ def run_tuning(
             )["concurrency"]
         level = repeat_summary(
             run,
-            requests,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=spec.engine["enable_prefix_caching"],

@@ -497,6 +497,7 @@ def level_run(measured: MeasuredPass) -> LevelRun:
         window=PassWindow(
             run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
             measured.completed, measured.prompt_tokens, measured.output_tokens, run.cancelled,
+            {s.result.request_id: log.to_json() for s, log in zip(run.results, run.turns or ())},
         ),
     )  # fmt: skip
 
