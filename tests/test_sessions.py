@@ -445,7 +445,8 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
         assert repeat["sessions"]["turns"] == len(repeat["requests"])
     turns = [r["sessions"]["turns"] for r in users["repeats"]]
     assert users["sessions"]["turns"] == pytest.approx(sum(turns) / len(turns))
-    table = [r for r in level_rows([users], LOAD["slo_ms"]) if r["counted"]]
-    assert {r["measurement"] for r in table} == {"users=4"}
-    assert len(table) == sum(len(r["requests"]) for r in users["repeats"])
-    assert all(r["conversation"] and r["think_s"] is not None for r in table)
+    table = level_rows([users], LOAD["slo_ms"])
+    assert {(r["measurement"], r["max_concurrency"]) for r in table} == {("users=4", None)}  # as a users probe's
+    assert sum(r["counted"] for r in table) == sum(len(r["requests"]) for r in users["repeats"])
+    assert len(table) > sum(r["counted"] for r in table)  # the ramp's and the drain's turns too, each named
+    assert all(r["conversation"] and r["turn"] >= 1 and r["think_s"] is not None for r in table)

@@ -1,6 +1,7 @@
 # SLO capacity: the most requests in flight (and the highest rate, and users in sessions) served
 # within the SLO.
 
+
 rule capacity:
     """The most requests in flight (and the highest rate) served within the SLO, by bracketing
     and bisection on a fresh server, the search seeded by the KV simulator's prediction."""
@@ -39,7 +40,14 @@ rule capacity:
         cost=config["cost"],
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(
-            wildcards, "hardware", "engine", "server", "capacity", "sessions", "cost", "seed"
+            wildcards,
+            "hardware",
+            "engine",
+            "server",
+            "capacity",
+            *(["sessions"] if config["sessions"]["capacity"] else []),
+            "cost",
+            "seed",
         ),
     threads: config["hardware"]["threads"]
     resources:

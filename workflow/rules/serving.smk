@@ -43,7 +43,13 @@ rule serve:
         sessions=config["sessions"] if config["load"]["users"] else None,
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(
-            wildcards, "hardware", "engine", "server", "load", "sessions", "seed"
+            wildcards,
+            "hardware",
+            "engine",
+            "server",
+            "load",
+            *(["sessions"] if config["load"]["users"] else []),
+            "seed",
         ),
     threads: config["hardware"]["threads"]
     resources:

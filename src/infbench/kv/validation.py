@@ -71,6 +71,12 @@ def prefix_blocks(token_ids: list[int], block_size: int) -> tuple[int, ...]:
     return tuple(hash(tuple(token_ids[: (i + 1) * block_size])) for i in range(count))
 
 
+def request_levels(load: dict) -> list[dict]:
+    """The sweep's levels of workload requests: users levels' turns carry conversations that
+    share their blocks, which this check's footprints do not model (docs/method.md#sessions)."""
+    return [level for level in load["levels"] if level.get("mode") != "users"]
+
+
 def source_id(record: dict) -> str:
     """The workload request a load record ran ("synthetic-00003#5": pass position 5)."""
     return record["request_id"].split("#")[0]
@@ -84,7 +90,7 @@ def request_prefixes(tokenizer, workload: list[dict], load: dict, block_size: in
     record of it is counted unmatched. Returns ((api, request id) -> prefix blocks, counts)."""
     by_id = {request["id"]: request for request in workload}
     prefixes, counts, seen = {}, {"matched": 0, "unmatched": 0}, {}
-    for level in load["levels"]:
+    for level in request_levels(load):
         api = level.get("api", "completions")
         for repeat in level["repeats"]:
             for record in repeat["requests"] + repeat.get("uncounted_requests", []):
@@ -278,7 +284,7 @@ def live_validation(
     endpoint's pool is not this config's, and the rule does not run for one). `prefixes`:
     (api, workload request id) -> its prompt's shareable blocks (`request_prefixes`), given
     when prefix caching is on."""
-    levels = [level_check(level, kv, prefixes) for level in load["levels"]]
+    levels = [level_check(level, kv, prefixes) for level in request_levels(load)]
     checked = [level for level in levels if level["samples"]]
     if not checked:
         return {

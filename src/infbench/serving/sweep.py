@@ -210,6 +210,7 @@ def repeat_summary(
     tokenizer,
     prefix_caching: bool,
     client_cost: ClientCost | None = None,
+    in_sessions: bool = False,
 ) -> dict:
     """One pass of a level: vLLM's result fields, its rates, what it asked of the client, server
     state and validity checks (the client's against `client_cost`, its calibrated ceiling)."""
@@ -235,7 +236,7 @@ def repeat_summary(
             "peak_num_requests_running": series.peak("vllm:num_requests_running"),
             "peak_num_requests_waiting": series.peak("vllm:num_requests_waiting"),
             "preemptions": preemptions[1] - preemptions[0] if series.available else None,
-            "checks": validity_checks(run, tokenizer, prefix_caching, client_cost),
+            "checks": validity_checks(run, tokenizer, prefix_caching, client_cost, in_sessions),
             "window": run.window.to_json() if run.window else None,
             **windowed_throughput([run], slo_ms),
             "metrics_series": run.metrics.samples,
@@ -350,7 +351,14 @@ def summarize_level(
     """A level over its repeats: vLLM's result fields over the pooled requests (durations
     summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept."""
     repeats = [
-        repeat_summary(run, slo_ms=slo_ms, tokenizer=tokenizer, prefix_caching=prefix_caching, client_cost=client_cost)
+        repeat_summary(
+            run,
+            slo_ms=slo_ms,
+            tokenizer=tokenizer,
+            prefix_caching=prefix_caching,
+            client_cost=client_cost,
+            in_sessions=level.users,
+        )  # fmt: skip
         for run in runs
     ]
     results = [s.result for run in runs for s in run.results]
