@@ -358,7 +358,7 @@ def summarize_level(
             prefix_caching=prefix_caching,
             client_cost=client_cost,
             in_sessions=level.users,
-        )  # fmt: skip
+        )
         for run in runs
     ]
     results = [s.result for run in runs for s in run.results]
