@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import re
+import time
 from collections import defaultdict
 
 import pytest
@@ -150,6 +151,24 @@ def test_a_conversation_ends_where_its_next_turn_would_not_fit_max_model_len(tmp
     held = by_conversation(run)
     assert max(len(turns) for turns in held.values()) == 2
     assert all(s.result.success for s in run.results)
+
+
+def test_a_drained_users_pass_waits_for_turns_in_flight_not_for_think_times(tmp_path):
+    """The serve sweep drains its passes (every turn the server timed among the results); users
+    then thinking stop at the pass's end instead of sleeping out their think times (30 users
+    thinking 3 s on average: the last of them would wake about 12 s later)."""
+    plan = SessionPlan(conversations(), ThinkTime(3.0, "exponential"), "model", 512)
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
+        with SchedulingJitter() as jitter:
+            started = time.perf_counter()
+            run = asyncio.run(
+                run_window(server.base_url, "m", iter(()), window=Window(1.0, 5), concurrency=30, arrivals=None,
+                           seed=0, interval_s=0.05, timeout_s=30, users=plan, drain=True)
+            )  # fmt: skip
+            drain_s = time.perf_counter() - started - run.ended_s
+    assert sum(run.counted) >= 5 and not run.cancelled
+    # Turns in flight at the end take 20 ms + 6 x 10 ms on this server.
+    assert drain_s < 0.5 + 2 * jitter.max_s, (drain_s, jitter)
 
 
 def test_think_times_are_seeded_per_user_with_the_mean_asked():
@@ -325,15 +344,15 @@ def test_a_probe_that_did_not_hold_its_users_is_flagged():
 
 
 def test_a_client_late_to_its_users_turns_limits_its_probe(tmp_path, monkeypatch):
-    """Planted: every think sleep the client takes lasts 1.5 times the think time drawn."""
-    import infbench.serving.sessions as sessions
+    """Planted: every think pause the client takes lasts 1.5 times the think time drawn."""
+    from infbench.serving.window import _Pass
 
     plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512)
     slo_ms = {"ttft": 1000}
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         on_time = PassRecord.of(MeasuredPass.of(users_pass(server, plan, window=Window(1.5, 16)), False), slo_ms, 4)
-        real_sleep = asyncio.sleep
-        monkeypatch.setattr(sessions.asyncio, "sleep", lambda seconds: real_sleep(1.5 * seconds))
+        real_pause = _Pass.pause
+        monkeypatch.setattr(_Pass, "pause", lambda state, seconds: real_pause(state, 1.5 * seconds))
         late = PassRecord.of(MeasuredPass.of(users_pass(server, plan, window=Window(1.5, 16)), False), slo_ms, 4)
     assert not on_time.client_behind
     assert late.sessions["mean_think_s"] == pytest.approx(0.3, abs=0.03) and late.client_behind

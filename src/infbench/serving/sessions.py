@@ -104,7 +104,8 @@ async def converse(client, model: str, plan: SessionPlan, state, logs: dict, use
     for place, turn in enumerate(conversation.turns[start:], start=start + 1):
         if place > 1 and not fits(context, turn, plan.max_model_len):
             break
-        await asyncio.sleep(think)
+        if not await state.pause(think):
+            return None
         message = {"role": "user", "content": turn.user}
         request = LoadRequest(
             f"{conversation.id}/turn-{place}#{draw}", "", context + turn.user_tokens + 2 * MESSAGE_SLACK,

@@ -143,6 +143,16 @@ class _Pass:
     def sending(self) -> bool:
         return not self.done.is_set()
 
+    async def pause(self, seconds: float) -> bool:
+        """Waits `seconds` (a user's think time), cut short where the pass ends first, so that a
+        drain waits only for turns in flight; whether the pass is still sending."""
+        if seconds > 0 and self.sending():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), seconds)
+        else:
+            await asyncio.sleep(0)
+        return self.sending()
+
     def open_window(self) -> None:
         """Sessions on a schedule: the ramp's time is up (its count is then never reached)."""
         if self.opened is None and not self.exhausted:
