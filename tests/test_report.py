@@ -425,6 +425,12 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "figures": [],
         "breakdown": pd.DataFrame(),
         "requests_table": {"file": "load.requests.csv", "rows": 10},
+        "users_levels": {
+            "source": "10 conversations (30 turns, 2 with a system prompt) from chats.json",
+            "reply": "the recorded replies",
+            "think": "2 s (exponential)",
+            "table": pd.DataFrame([{"level": "4 users"}]),
+        },
     }
     reruns = {
         **capacity,

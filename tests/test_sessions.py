@@ -20,8 +20,10 @@ from infbench.capacity.measure import sessions_from_users, users_kv_limit
 from infbench.capacity.probe import PassRecord, client_evidence, probe_record
 from infbench.core.capacity_terms import capacity_text
 from infbench.core.errors import UserError
-from infbench.report.capacity import turns_text, users_by_turn, users_view
+from infbench.report.capacity import users_by_turn, users_view
+from infbench.report.serve import turns_text
 from infbench.serving.arrivals import Arrivals
+from infbench.serving.level_checks import session_checks
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.request_table import probe_rows
 from infbench.serving.sessions import SessionPlan, session_figures
@@ -333,7 +335,7 @@ def users_search(*figures) -> dict:
 
 
 def figures(users, implied) -> tuple[int, dict]:
-    return users, {"users_from_littles_law": implied}
+    return users, {"users": users, "users_from_littles_law": implied}
 
 
 def test_a_probe_that_did_not_hold_its_users_is_flagged():
@@ -341,6 +343,19 @@ def test_a_probe_that_did_not_hold_its_users_is_flagged():
     off = users_held(users_search(figures(10, 9.0), figures(20, 15.0)))  # L x (R + Z) / R: 5 users short
     assert off["status"] == "warn" and off["value"] == 1 and "20 users: Little's law gives 15.0" in off["detail"]
     assert users_held(users_search(figures(1, None)))["status"] == "pass"  # no think time taken: nothing to say
+
+
+def test_a_users_level_pass_that_did_not_hold_its_users_or_took_their_turns_late_warns():
+    held = {"users": 20, "users_from_littles_law": 19.0, "mean_think_s": 2.05, "mean_think_drawn_s": 2.0}
+
+    def statuses(figures):
+        return {c["name"]: c["status"] for c in session_checks(figures)}
+
+    assert statuses(held) == {"users_held": "pass", "users_on_time": "pass"}
+    assert statuses({**held, "users_from_littles_law": 15.0})["users_held"] == "warn"  # 5 users short
+    assert statuses({**held, "mean_think_s": 2.3})["users_on_time"] == "warn"  # 15 % late
+    none_taken = {**held, "users_from_littles_law": None, "mean_think_s": None}
+    assert statuses(none_taken) == {"users_held": "pass", "users_on_time": "pass"}
 
 
 def test_a_client_late_to_its_users_turns_limits_its_probe(tmp_path, monkeypatch):
@@ -438,7 +453,7 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
     from test_level_windows import LOAD, rows
 
     from infbench.core.level_names import level_name
-    from infbench.report.serve import level_label
+    from infbench.report.serve import level_label, users_levels_view
     from infbench.serving.request_table import level_rows
     from infbench.serving.sweep import run_sweep
 
@@ -459,9 +474,12 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
         )
         checks = {c["name"]: c["status"] for c in repeat["checks"]}
         assert checks["steady_window"] == checks["short_outputs"] == checks["failed_requests"] == "pass"
+        assert checks["users_held"] == checks["users_on_time"] == "pass"
         assert repeat["sessions"]["users"] == 4
         assert repeat["sessions"]["users_from_littles_law"] == pytest.approx(4, rel=0.15)
         assert repeat["sessions"]["turns"] == len(repeat["requests"])
+    assert {"users_held", "users_on_time"} <= {c["name"] for c in users["checks"]}
+    assert not {"users_held", "users_on_time"} & {c["name"] for c in closed["checks"]}
     turns = [r["sessions"]["turns"] for r in users["repeats"]]
     assert users["sessions"]["turns"] == pytest.approx(sum(turns) / len(turns))
     table = level_rows([users], LOAD["slo_ms"])
@@ -469,3 +487,14 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
     assert sum(r["counted"] for r in table) == sum(len(r["requests"]) for r in users["repeats"])
     assert len(table) > sum(r["counted"] for r in table)  # the ramp's and the drain's turns too, each named
     assert all(r["conversation"] and r["turn"] >= 1 and r["think_s"] is not None for r in table)
+    # Section 5 reads the users level through Little's law, the request levels left out.
+    source = {"kind": "synthetic", "conversations": 60, "turns": 4, "system_prompt_tokens": 3}
+    settings = {"think_s": 0.2, "think": "fixed", "reply": "model", "conversations": source}
+    shown = users_levels_view({"levels": [closed, users], "sessions": settings})
+    assert shown["source"] == "60 synthetic conversations of 4 turns behind one system prompt of 3 tokens"
+    (row,) = shown["table"].to_dict("records")
+    assert row["level"] == "4 users"
+    assert row["users L × (R + Z) / R"] == f"{users['sessions']['users_from_littles_law']:.1f}"
+    implied = sorted(r["sessions"]["users_from_littles_law"] for r in users["repeats"])
+    assert row["over the passes"] == f"{implied[0]:.1f} to {implied[-1]:.1f}"
+    assert users_levels_view({"levels": [closed], "sessions": None}) is None

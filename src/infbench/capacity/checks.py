@@ -6,8 +6,9 @@ law), and every run of capacity.runs completed and converged."""
 from __future__ import annotations
 
 from infbench.capacity.probe import client_evidence
-from infbench.core.capacity_terms import OUTCOME_FIXES, OUTCOMES, SEARCHES, capacity_text, load_text
+from infbench.core.capacity_terms import OUTCOME_FIXES, OUTCOMES, SEARCHES, USERS_HELD, capacity_text, load_text
 from infbench.core.checks import check
+from infbench.serving.sessions import users_not_held
 
 
 def converged(mode: str, search: dict) -> dict:
@@ -67,20 +68,14 @@ def client_not_the_limit(mode: str, search: dict) -> dict:
     return check(name, "warn" if limited else "pass", len(limited), detail)
 
 
-# A users probe whose users, as Little's law gives them from what it measured, differ from the
-# users it ran by more than this share did not hold its users (docs/method.md#sessions).
-USERS_HELD = 0.2
-
-
 def users_held(search: dict) -> dict:
     """Every users probe held its users: L x (R + Z) / R within USERS_HELD of them. Users are in
     flight or thinking by construction, so this catches what breaks that: users whose tasks
     stopped, turns that never ended, a window too short for its edges."""
     off = [
-        f"{load_text('users', probe['load'])}: Little's law gives {implied:.1f}"
+        f"{load_text('users', probe['load'])}: Little's law gives {probe['sessions']['users_from_littles_law']:.1f}"
         for probe in search["probes"]
-        if (implied := probe["sessions"]["users_from_littles_law"]) is not None
-        and abs(implied / probe["load"] - 1) > USERS_HELD
+        if users_not_held(probe["sessions"])
     ]
     return check(
         "users search: every probe held its users",

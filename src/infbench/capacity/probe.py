@@ -20,7 +20,7 @@ from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
 from infbench.serving.client import cycle_requests, load_request, run_level
 from infbench.serving.request_table import probe_rows
-from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures
+from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures, thinking_late
 from infbench.serving.sweep import Level, warmup_requests
 from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
 
@@ -122,10 +122,7 @@ class PassRecord:
         """Open loop (sessions on a schedule: their first turns): its send lag grew by over
         LAG_GROWTH_BEHIND of its window. Users in sessions: they took their turns late, thinking
         over THINK_LATE longer than drawn."""
-        late_thinking = False
-        if self.sessions is not None:
-            taken, drawn = self.sessions["mean_think_s"], self.sessions["mean_think_drawn_s"]
-            late_thinking = bool(drawn) and taken > (1 + THINK_LATE) * drawn
+        late_thinking = self.sessions is not None and thinking_late(self.sessions)
         growth, window_s = self.measured.send_lag_growth_s, self.measured.run.window_s
         return late_thinking or (growth is not None and window_s > 0 and growth > LAG_GROWTH_BEHIND * window_s)
 

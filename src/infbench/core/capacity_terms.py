@@ -64,6 +64,9 @@ LAG_GROWTH_BEHIND = 0.1
 # averaged over its counted turns, exceeds the one drawn by more than this share: the client
 # was late to its users' turns, so it offered less load than its users (docs/method.md#sessions).
 THINK_LATE = 0.1
+# A users pass whose users, as Little's law gives them from what it measured, differ from the
+# users it ran by more than this share did not hold its users (docs/method.md#sessions).
+USERS_HELD = 0.2
 
 
 def load_text(mode: str, load) -> str:

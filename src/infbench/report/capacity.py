@@ -16,6 +16,7 @@ from infbench.core.capacity_terms import (
     undecided_bound,
 )
 from infbench.report.figures import figure
+from infbench.report.serve import sessions_text
 from infbench.report.tables import fmt
 
 LIMITS = {
@@ -347,11 +348,6 @@ def view(capacity: dict | None) -> dict | None:
     }
 
 
-def turns_text(turns: int | dict) -> str:
-    """sessions.turns: `4 turns`, or `2 to 6 turns (uniform)`."""
-    return f"{turns} turns" if isinstance(turns, int) else f"{turns['min']} to {turns['max']} turns (uniform)"
-
-
 def users_view(capacity: dict) -> dict | None:
     """The users search in Little's law's terms (docs/method.md#sessions); None where it did not run."""
     users, sessions = capacity.get("users"), capacity.get("sessions")
@@ -359,22 +355,9 @@ def users_view(capacity: dict) -> dict | None:
         return None
     predicted = users["predicted_from_concurrency"]
     at = (users["at_capacity"] or {}).get("sessions")
-    source = sessions["conversations"]
     return {
         "capacity": capacity_text("users", users),
-        "think": f"{sessions['think_s']:g} s ({sessions['think']})",
-        "reply": "the model's own replies" if sessions["reply"] == "model" else "the recorded replies",
-        "source": (
-            f"{source['conversations']} synthetic conversations of {turns_text(source['turns'])}"
-            + (
-                f" behind one system prompt of {source['system_prompt_tokens']} tokens"
-                if source["system_prompt_tokens"]
-                else ""
-            )
-            if source["kind"] == "synthetic"
-            else f"{source['conversations']} conversations ({source['turns']} turns, {source['with_a_system_prompt']} "
-            f"with a system prompt) from {source['path']}"
-        ),
+        **sessions_text(sessions),
         "predicted": predicted["value"],
         "predicted_from": f"c={predicted['in_flight']}, R {predicted['response_s']:.2f} s"
         if predicted["in_flight"] is not None

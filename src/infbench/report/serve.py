@@ -25,6 +25,32 @@ def level_label(level: dict) -> str:
     return f"{prefix}{rate} req/s{cap}"
 
 
+def turns_text(turns: int | dict) -> str:
+    """sessions.turns: `4 turns`, or `2 to 6 turns (uniform)`."""
+    return f"{turns} turns" if isinstance(turns, int) else f"{turns['min']} to {turns['max']} turns (uniform)"
+
+
+def sessions_text(sessions: dict) -> dict:
+    """Users' sessions as the serve and capacity sections describe them: their conversations'
+    source, the replies carried and the think time."""
+    source = sessions["conversations"]
+    return {
+        "think": f"{sessions['think_s']:g} s ({sessions['think']})",
+        "reply": "the model's own replies" if sessions["reply"] == "model" else "the recorded replies",
+        "source": (
+            f"{source['conversations']} synthetic conversations of {turns_text(source['turns'])}"
+            + (
+                f" behind one system prompt of {source['system_prompt_tokens']} tokens"
+                if source["system_prompt_tokens"]
+                else ""
+            )
+            if source["kind"] == "synthetic"
+            else f"{source['conversations']} conversations ({source['turns']} turns, {source['with_a_system_prompt']} "
+            f"with a system prompt) from {source['path']}"
+        ),
+    }
+
+
 def interval_text(summary: dict, digits: int = 1) -> str:
     """A 95 % interval as text; a dash where one repeat leaves it undefined."""
     low, high = summary["ci95_low"], summary["ci95_high"]
@@ -277,6 +303,37 @@ def breakdown_table(levels: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def users_levels_view(load: dict) -> dict | None:
+    """load.users' levels read through Little's law, each figure the mean over the level's
+    repeats (docs/method.md#sessions); None without users levels."""
+    levels = [level for level in load["levels"] if level["mode"] == "users"]
+    if not levels:
+        return None
+
+    def implied_range(level):
+        implied = [r["sessions"]["users_from_littles_law"] for r in level["repeats"]]
+        known = [value for value in implied if value is not None]
+        return f"{min(known):.1f} to {max(known):.1f}" if len(known) > 1 else ""
+
+    table = pd.DataFrame(
+        {
+            "level": level_label(level),
+            "turns counted (mean a pass)": fmt(figures["turns"], 0),
+            "mean turn": fmt(figures["mean_turn"], 1),
+            "mean prompt tokens": fmt(figures["mean_prompt_tokens"], 0),
+            "in flight L": fmt(figures["mean_in_flight"], 2),
+            "response R s": fmt(figures["mean_response_s"], 2),
+            "think Z s (drawn)": f"{fmt(figures['mean_think_s'], 2)} ({fmt(figures['mean_think_drawn_s'], 2)})",
+            "users L × (R + Z) / R": fmt(figures["users_from_littles_law"], 1),
+            "over the passes": implied_range(level),
+            "prefix-cache hits": "" if (hits := figures["prefix_cache_hit_rate"]) is None else f"{hits:.0%}",
+        }
+        for level in levels
+        for figures in [level["sessions"]]
+    )
+    return {**sessions_text(load["sessions"]), "table": table}
+
+
 def whole_pass_text(levels: list[dict]) -> str:
     """The levels measured over their whole pass (no window), named by kind: '' if none."""
     kinds = [kind for kind in ("ramp", "trace") if any(level["mode"] == kind for level in levels)]
@@ -306,7 +363,8 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "repeats": len(levels[0]["repeats"]) if levels else 0,
         "window": {"seconds": f"{load['settings']['window_s']:g}", "min_requests": load["settings"]["window_requests"]},
         "whole_pass_levels": whole_pass_text(levels),
-        "chat_levels": any(level["api"] == "chat" for level in levels),
+        "chat_levels": any(level["api"] == "chat" and level["mode"] != "users" for level in levels),
+        "users_levels": users_levels_view(load),
         "notes": load["notes"],
         "placement": placement["note"],
         "engine_cpus": ", ".join(str(cpu) for cpu in placement["engine_cpus"]) or "none",

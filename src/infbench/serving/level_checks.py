@@ -6,10 +6,12 @@ import math
 import os
 import statistics
 
+from infbench.core.capacity_terms import THINK_LATE, USERS_HELD
 from infbench.core.checks import CLIENT_FAIL, CLIENT_WARN, check, not_available
 from infbench.core.metrics import MS, failures_text
 from infbench.serving.client import LevelRun
 from infbench.serving.client_cost import ClientCost
+from infbench.serving.sessions import thinking_late, users_not_held
 from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation, streamed_record
 
 # load.client_processes: auto spreads a level needing CLIENT_WARN or more of a core over enough
@@ -247,3 +249,31 @@ def validity_checks(
         )
     )
     return checks
+
+
+def session_checks(figures: dict) -> list[dict]:
+    """A users level's pass read through Little's law (serving/sessions.py's session_figures):
+    it held its users, and its client took their turns on time (docs/method.md#sessions)."""
+    users, implied = figures["users"], figures["users_from_littles_law"]
+    taken, drawn = figures["mean_think_s"], figures["mean_think_drawn_s"]
+    return [
+        check(
+            "users_held",
+            "warn" if users_not_held(figures) else "pass",
+            implied,
+            "no think time taken in the window: Little's law has nothing to hold"
+            if implied is None
+            else f"requests in flight x (response + think) / response = {implied:.1f} for {users} users "
+            f"(warn beyond {USERS_HELD:.0%} off: users whose turns stopped or never ended, or a window too short "
+            "for its edges)",
+        ),
+        check(
+            "users_on_time",
+            "warn" if thinking_late(figures) else "pass",
+            taken / drawn if taken is not None and drawn else None,
+            "no think time taken in the window"
+            if taken is None or not drawn
+            else f"users thought {taken:.2f} s on average before their turns, {drawn:.2f} s drawn (warn beyond "
+            f"{THINK_LATE:.0%} longer: the client was late to their turns, so it offered less load than its users)",
+        ),
+    ]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from infbench.core.capacity_terms import THINK_LATE, USERS_HELD
 from infbench.serving.client import LoadRequest, stream_request
 from infbench.workload.requests import Prompts
 from infbench.workload.sessions import (
@@ -241,6 +242,19 @@ def session_figures(run, users: int) -> dict:
         if run.metrics.available and queries[1] > queries[0]
         else None,
     }
+
+
+def users_not_held(figures: dict) -> bool:
+    """Little's law's users, L x (R + Z) / R, lie more than USERS_HELD off the users that ran."""
+    implied = figures["users_from_littles_law"]
+    return implied is not None and abs(implied / figures["users"] - 1) > USERS_HELD
+
+
+def thinking_late(figures: dict) -> bool:
+    """The users' think time as taken exceeds the one drawn by more than THINK_LATE: the client
+    was late to their turns, so it offered less load than its users."""
+    taken, drawn = figures["mean_think_s"], figures["mean_think_drawn_s"]
+    return bool(drawn) and taken is not None and taken > (1 + THINK_LATE) * drawn
 
 
 def pooled_session_figures(passes: list[dict]) -> dict:

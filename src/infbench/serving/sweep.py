@@ -33,6 +33,7 @@ from infbench.serving.level_checks import (
     client_rates,
     open_loop_rates,
     processes_needed,
+    session_checks,
     validity_checks,
 )
 from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures
@@ -347,9 +348,12 @@ def summarize_level(
     tokenizer,
     prefix_caching: bool,
     client_cost: ClientCost | None = None,
+    sessions: list[dict] | None = None,
 ) -> dict:
     """A level over its repeats: vLLM's result fields over the pooled requests (durations
-    summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept."""
+    summed), each figure of ACROSS_REPEATS with a 95 % CI over the repeats, every repeat kept.
+    A users level: `sessions`, each repeat's session_figures, kept on it with its checks, and
+    their mean on the level."""
     repeats = [
         repeat_summary(
             run,
@@ -361,6 +365,9 @@ def summarize_level(
         )
         for run in runs
     ]
+    for repeat, figures in zip(repeats, sessions or [], strict=bool(sessions)):
+        repeat["sessions"] = figures
+        repeat["checks"] += session_checks(figures)
     results = [s.result for run in runs for s in run.results]
     duration = sum(run.duration_s for run in runs)
     summary = aggregate(results, duration)
@@ -412,6 +419,8 @@ def summarize_level(
             **windowed_throughput(runs, slo_ms),
         }
     )
+    if sessions:
+        summary["sessions"] = pooled_session_figures(sessions)
     return summary
 
 
@@ -528,19 +537,15 @@ def run_sweep(
                 f"output tok/s, median TTFT {summary['median_ttft_ms']:.0f} ms, median TPOT "
                 f"{summary['median_tpot_ms']:.1f} ms, {summary['failed']} failed"
             )
-    summaries = []
-    for level, level_runs, figures in zip(levels, runs, sessions_figures):
-        summary = summarize_level(
+    return [
+        summarize_level(
             level_runs,
             level=level,
             slo_ms=load["slo_ms"],
             tokenizer=tokenizer,
             prefix_caching=prefix_caching,
             client_cost=client_cost,
+            sessions=figures,
         )
-        if figures:  # each repeat read through Little's law, and the level over them
-            summary["sessions"] = pooled_session_figures(figures)
-            for repeat, one in zip(summary["repeats"], figures, strict=True):
-                repeat["sessions"] = one
-        summaries.append(summary)
-    return summaries
+        for level, level_runs, figures in zip(levels, runs, sessions_figures)
+    ]
