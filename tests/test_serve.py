@@ -11,13 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import REPO, reference_mean_interval, snakemake, tiny_config, write_config
 
 from infbench.core.artifacts import read_json, validate
 from infbench.core.level_names import level_name
 from infbench.engines.settings import engine_env, vllm_engine_args
-from infbench.engines.vllm_server import ServerError, VLLMServer, port_is_free
+from infbench.engines.vllm_server import ServerError, VLLMServer, free_port, port_is_free
+from infbench.serving.reference_server import ReferenceServer, Schedule
 
 VLLM_FIELDS = (
     "duration",
@@ -239,6 +241,30 @@ def test_port_in_use_is_refused_before_starting(tmp_path, tiny_model, default_co
         with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
             server.start()
         assert server.process is None
+
+
+def test_a_chosen_port_taken_before_the_server_binds_it_is_exchanged_for_another(tmp_path, monkeypatch):
+    """The race free_port leaves open: the port it chose is free when looked at and taken when
+    the server binds it (planted: a listener holds it, and the first two looks say it is free)."""
+    import infbench.engines.vllm_server as vllm_server
+
+    looks = []
+
+    def free_at_first(port, host="127.0.0.1"):
+        looks.append(port)
+        return len(looks) <= 2 or port_is_free(port, host)
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        chosen = iter([taken])
+        monkeypatch.setattr(vllm_server, "free_port", lambda host: next(chosen, None) or free_port(host))
+        monkeypatch.setattr(vllm_server, "port_is_free", free_at_first)
+        with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server:
+            assert server.port != taken and f"--port {server.port}" in " ".join(server.command)
+            assert httpx.get(f"{server.base_url}/v1/models").status_code == 200
+        assert looks[:3] == [taken, taken, taken]  # the first try, then the lost port seen taken
 
 
 def serve_workdir(tmp_path, tiny_model, window_s=1) -> Path:

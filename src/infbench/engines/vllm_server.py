@@ -121,6 +121,12 @@ def _die_with_parent():
         pass
 
 
+# A server that lost its port to another process exits with this in its log (uvicorn's
+# OSError, errno EADDRINUSE).
+PORT_TAKEN = "address already in use"
+PORT_TRIES = 3
+
+
 class ServerProcess:
     """An OpenAI-compatible server process's life cycle: launch `command`, wait until it lists
     its model, stop its whole process group. Subclasses set `command`."""
@@ -141,6 +147,7 @@ class ServerProcess:
         api_key: str | None = None,
     ):
         self.host = host
+        self.port_chosen = port is None  # by free_port: another may be chosen if it is taken first
         self.port = port or free_port(host)
         self.served_name = served_name
         self.api_key = api_key  # the key clients must send, where the server requires one
@@ -162,8 +169,22 @@ class ServerProcess:
             return "(no server log)"
 
     def start(self) -> ServerProcess:
-        self.launch()
-        return self.wait_ready()
+        """Launch and wait until ready. A port free_port chose can be taken by another process
+        before the server binds it (free_port releases it to return it): then the server is
+        launched again on another, up to PORT_TRIES times."""
+        for attempt in range(1, PORT_TRIES + 1):
+            if self.port_chosen and not port_is_free(self.port, self.host):
+                self.move_to(free_port(self.host))
+            self.launch()
+            try:
+                return self.wait_ready()
+            except ServerError:
+                if not (self.port_chosen and attempt < PORT_TRIES and PORT_TAKEN in self.log_tail(40).lower()):
+                    raise
+
+    def move_to(self, port: int) -> None:
+        self.command[self.command.index("--port") + 1] = str(port)
+        self.port = port
 
     def launch(self) -> None:
         """Start the process and return at once (wait_ready waits for it)."""
