@@ -26,7 +26,7 @@ from infbench.serving.arrivals import Arrivals
 from infbench.serving.level_checks import session_checks
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.request_table import probe_rows
-from infbench.serving.sessions import SessionPlan, session_figures
+from infbench.serving.sessions import SessionPlan, session_figures, session_plan
 from infbench.serving.window import MeasuredPass, Window, open_loop_offsets, run_window
 from infbench.workload.sessions import (
     MESSAGE_SLACK,
@@ -171,6 +171,18 @@ def test_a_drained_users_pass_waits_for_turns_in_flight_not_for_think_times(tmp_
     assert sum(run.counted) >= 5 and not run.cancelled
     # Turns in flight at the end take 20 ms + 6 x 10 ms on this server.
     assert drain_s < 0.5 + 2 * jitter.max_s, (drain_s, jitter)
+
+
+def test_sessions_on_a_model_without_a_chat_template_stop_naming_the_settings_that_ask_for_them(monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda folder: WordTokenizer())
+    with pytest.raises(UserError) as stopped:
+        session_plan({"source": "synthetic"}, "model-folder", [], 512, 0)
+    assert str(stopped.value) == (
+        "users in chat sessions (sessions.capacity or load.users), but this model's tokenizer has no chat "
+        "template; set sessions.capacity: false and load.users: [] or use a chat model"
+    )
 
 
 def test_think_times_are_seeded_per_user_with_the_mean_asked():

@@ -53,7 +53,10 @@ def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_l
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = Prompts(tokenizer, "chat")  # sessions run through the chat template: a model without one stops here
+    prompts = Prompts(  # sessions run through the chat template: a model without one stops here
+        tokenizer, "chat", "users in chat sessions (sessions.capacity or load.users)",
+        "set sessions.capacity: false and load.users: []",
+    )  # fmt: skip
     conversations, source = build_conversations(
         tokenizer, pool, settings, max_model_len, seed, lambda messages: prompts.render_messages(messages)[1]
     )

@@ -99,11 +99,12 @@ def has_chat_template(tokenizer) -> bool:
 class Prompts:
     """Turns a user turn into the request the engines run, for one API."""
 
-    def __init__(self, tokenizer, api: str):
+    def __init__(self, tokenizer, api: str, asked_by: str = "workload.api = 'chat'",
+                 fix: str = "set workload.api: completions"):  # fmt: skip
+        """`asked_by` and `fix` name the setting that asks for the chat API, and its way out."""
         if api == "chat" and not has_chat_template(tokenizer):
             raise WorkloadError(
-                "workload.api = 'chat', but this model's tokenizer has no chat template; "
-                "set workload.api: completions or use a chat model"
+                f"{asked_by}, but this model's tokenizer has no chat template; {fix} or use a chat model"
             )
         self.tokenizer, self.api = tokenizer, api
 
