@@ -26,7 +26,7 @@ def main(stage):
     pool = read_jsonl(stage.input.pool)
     # load.users: its sessions, built before the server starts (a model without a chat template stops here).
     sessions, sessions_source = session_plan(
-        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed
+        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed, tokenizer
     )
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     # A fresh server: the study's request below is its first, cold one.

@@ -45,14 +45,16 @@ class SessionPlan:
         return enumerate(itertools.cycle(order), start=1)
 
 
-def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int):
+def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int, tokenizer=None):
     """The sessions of config section `settings` (None: none are measured, None returned) and
-    their source, their turns rendered through the model's chat template."""
+    their source, their turns rendered through the model's chat template (`tokenizer`, the
+    model's where the caller has it loaded)."""
     if settings is None:
         return None, None
-    from transformers import AutoTokenizer
+    if tokenizer is None:
+        from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = Prompts(  # sessions run through the chat template: a model without one stops here
         tokenizer, "chat", "users in chat sessions (sessions.capacity or load.users)",
         "set sessions.capacity: false and load.users: []",
