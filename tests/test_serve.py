@@ -113,6 +113,7 @@ def test_serve_artifacts(tiny_run):
         ("completions", "request_rate", 4, 4.0),
         ("completions", "ramp", 4, 2.0),
         ("chat", "concurrency", 4, "inf"),
+        ("chat", "users", 4, "inf"),  # 4 users in chat sessions (load.users)
     }
     # vLLM's schedule at 4 req/s, of which a window counts 8 sends or more: (n - 1) / their span.
     assert 2.5 < levels[("completions", "request_rate", 4, 4.0)]["offered_request_rate"] < 6.0
@@ -184,7 +185,8 @@ def test_serve_artifacts(tiny_run):
                 assert all(window["opened_s"] <= r["sent_s"] <= window["closed_s"] for r in repeat["requests"])
                 assert window["finished"] == window["sent"] == len(repeat["requests"] + repeat["uncounted_requests"])
                 ids = [r["request_id"].split("#")[0] for r in repeat["requests"] + repeat["uncounted_requests"]]
-                assert len(ids) == len(set(ids)) and all(i.startswith("pool-") for i in ids)  # distinct pool rows
+                if level["mode"] != "users":
+                    assert len(ids) == len(set(ids)) and all(i.startswith("pool-") for i in ids)  # distinct pool rows
             for request in repeat["requests"]:
                 assert request["success"] and request["ttft"] <= request["e2el"]
                 # One gap per streamed chunk after the first; a chunk may carry several tokens
@@ -195,6 +197,24 @@ def test_serve_artifacts(tiny_run):
                 assert min(request["itl"]) >= 0
             assert sum(r["output_tokens"] for r in repeat["requests"]) == repeat["total_output_tokens"]
     assert levels[("completions", "concurrency", 4, "inf")]["peak_num_requests_running"] >= 2
+    # The users level on vLLM: every turn a user's, carrying the conversation so far (a later
+    # turn of a conversation has the longer prompt), each pass read through Little's law.
+    users = levels[("chat", "users", 4, "inf")]
+    for repeat in users["repeats"]:
+        turns = sorted(repeat["requests"] + repeat["uncounted_requests"], key=lambda r: r["sent_s"])
+        assert all(r["user"] in range(4) and r["turn"] >= 1 and r["think_s"] >= 0 for r in turns)
+        by_conversation = {}
+        for turn in turns:
+            by_conversation.setdefault(turn["request_id"].split("#")[1], []).append(turn)
+        held = [t for t in by_conversation.values() if len(t) > 1]
+        assert held and all(
+            [r["turn"] for r in t] == sorted(r["turn"] for r in t)
+            and all(a["prompt_tokens"] < b["prompt_tokens"] for a, b in zip(t, t[1:]))
+            for t in held
+        )
+        assert repeat["sessions"]["users"] == 4 and repeat["sessions"]["turns"] == len(repeat["requests"])
+        assert 4 * 0.6 < repeat["sessions"]["users_from_littles_law"] < 4 * 1.4
+        assert {c["name"] for c in repeat["checks"]} >= {"users_held", "users_on_time"}
     port = server["command"][server["command"].index("--port") + 1]
     assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], (
         "the server outlived its rule"
