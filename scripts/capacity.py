@@ -31,7 +31,7 @@ def main(stage):
     max_num_seqs = None if external else server_max_num_seqs(params.engine)
     cpus = os.sched_getaffinity(0)
     sessions, sessions_source = session_plan(
-        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed
+        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed, "capacity"
     )
 
     def new_server(run: int):

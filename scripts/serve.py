@@ -24,9 +24,10 @@ def main(stage):
     tokenizer = AutoTokenizer.from_pretrained(stage.model_dir)
     workload = read_jsonl(stage.input.workload)
     pool = read_jsonl(stage.input.pool)
-    # load.users: its sessions, built before the server starts (a model without a chat template stops here).
+    # load.users and load.session_ramp: their sessions, built before the server starts (a model
+    # without a chat template stops here).
     sessions, sessions_source = session_plan(
-        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed, tokenizer
+        params.sessions, stage.model_dir, pool, params.engine["max_model_len"], params.seed, "serve", tokenizer
     )
     spec = spec_from_params(params, stage.model_dir, stage.facts["name"])
     # A fresh server: the study's request below is its first, cold one.

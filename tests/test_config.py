@@ -62,6 +62,13 @@ def test_hub_and_local_models_are_accepted(tmp_path, default_config):
             lambda c: (c["load"].update(users=[4]), c["sessions"].update(source="/no/such.jsonl")),
             ["sessions.source = '/no/such.jsonl'", "no file there", "ShareGPT"],
         ),
+        (  # and so does load.session_ramp
+            lambda c: (
+                c["load"].update(session_ramp={"start_rate": 1.0, "end_rate": 2.0}),
+                c["sessions"].update(source="/no/such.jsonl"),
+            ),
+            ["sessions.source = '/no/such.jsonl'", "no file there", "ShareGPT"],
+        ),
     ],
 )
 def test_bad_config_is_refused_with_key_value_and_allowed(default_config, edit, expected):

@@ -248,8 +248,9 @@ def test_live_validation_against_the_server(tiny_run):
     assert live["checks"][0]["status"] == "pass", live
     assert live["reservation_outside_share"] > MAX_OUTSIDE_SHARE and live["told_apart"] > 0
     load = read_json(tiny_run / "results/tiny/load.json")
-    # Every level of workload requests, the users level left out (its turns share blocks).
-    assert len(live["levels"]) == len(request_levels(load)) == len(load["levels"]) - 1
+    # Every level of workload requests, the users level and the session ramp left out (their
+    # turns share blocks).
+    assert len(live["levels"]) == len(request_levels(load)) == len(load["levels"]) - 2
     for level in live["levels"]:
         assert level["samples"] >= 10 and level["outside_share"] <= MAX_OUTSIDE_SHARE, level
     kv = read_json(tiny_run / "results/tiny/server.json")["kv"]

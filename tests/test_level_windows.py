@@ -30,6 +30,7 @@ LOAD = {
     "concurrency": [4],
     "chat_concurrency": [],
     "users": [],
+    "session_ramp": None,
     "request_rates": [20.0],
     "burstiness": 1.0,
     "max_concurrency": None,

@@ -430,6 +430,8 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
             "reply": "the recorded replies",
             "think": "2 s (exponential)",
             "table": pd.DataFrame([{"level": "4 users"}]),
+            "session_ramp": "sessions 0.5→4/s",
+            "ramp_sessions": 16,
         },
     }
     reruns = {

@@ -114,11 +114,14 @@ def test_serve_artifacts(tiny_run):
         ("completions", "ramp", 4, 2.0),
         ("chat", "concurrency", 4, "inf"),
         ("chat", "users", 4, "inf"),  # 4 users in chat sessions (load.users)
+        ("chat", "session_ramp", None, 2.0),  # sessions starting at 2 to 8 a second (load.session_ramp)
     }
     # vLLM's schedule at 4 req/s, of which a window counts 8 sends or more: (n - 1) / their span.
     assert 2.5 < levels[("completions", "request_rate", 4, 4.0)]["offered_request_rate"] < 6.0
     assert levels[("completions", "ramp", 4, 2.0)]["ramp_end_rate"] == 16.0
-    for (_, _, cap, _), level in levels.items():
+    peaks = {}
+    for key, level in levels.items():
+        cap = key[2]
         for repeat in level["repeats"]:
             # Requests in flight, from the client's own send and end times, never exceed the cap.
             requests = repeat["requests"]
@@ -130,17 +133,25 @@ def test_serve_artifacts(tiny_run):
             for _, change in events:
                 in_flight += change
                 peak = max(peak, in_flight)
-            assert peak <= cap, (level["mode"], cap, peak)
-    assert peak >= 2  # the capped levels did run requests side by side
+            assert cap is None or peak <= cap, (level["mode"], cap, peak)
+            peaks[key] = max(peaks.get(key, 0), peak)
+    # The closed loops of 4 did run requests side by side.
+    assert peaks[("completions", "concurrency", 4, "inf")] >= 2 and peaks[("chat", "concurrency", 4, "inf")] >= 2
     assert load["client_placement"]["client_cpus"]
     for level in load["levels"]:
         assert all(field in level for field in VLLM_FIELDS)
-        windowed = level["mode"] != "ramp"
+        windowed = level["mode"] not in ("ramp", "session_ramp")
         # Two passes: a windowed level counts 8 requests a pass or more (load.window_requests),
-        # the ramp its 16 (load.ramp.requests); all pooled in the level's vLLM fields.
+        # the ramp its 16 (load.ramp.requests), the session ramp every turn of its 8 sessions of up
+        # to 3 turns; all pooled in the level's vLLM fields.
         assert len(level["repeats"]) == 2
         counted = [len(r["requests"]) for r in level["repeats"]]
-        assert all(n >= 8 for n in counted) if windowed else counted == [16, 16]
+        if level["mode"] == "ramp":
+            assert counted == [16, 16]
+        elif level["mode"] == "session_ramp":
+            assert all(8 <= n <= 24 for n in counted)
+        else:
+            assert all(n >= 8 for n in counted)
         assert level["completed"] == sum(counted) and level["failed"] == 0
         assert level["total_output_tokens"] == sum(r["total_output_tokens"] for r in level["repeats"])
         across = level["across_repeats"]["output_throughput"]
@@ -213,8 +224,20 @@ def test_serve_artifacts(tiny_run):
             for t in held
         )
         assert repeat["sessions"]["users"] == 4 and repeat["sessions"]["turns"] == len(repeat["requests"])
-        assert 4 * 0.6 < repeat["sessions"]["users_from_littles_law"] < 4 * 1.4
+        # Windows of about 1 s, a few cycles of 0.5 s thought: Little's law reads low there
+        # (docs/method.md#sessions), so only a gross error is caught.
+        assert 4 * 0.3 < repeat["sessions"]["users_from_littles_law"] < 4 * 1.4
         assert {c["name"] for c in repeat["checks"]} >= {"users_held", "users_on_time"}
+    # The session ramp on vLLM: 8 sessions a pass, each a user of its own holding one conversation
+    # from its first turn to its end, their starts on schedule.
+    ramp = levels[("chat", "session_ramp", None, 2.0)]
+    assert ramp["ramp_end_rate"] == 8.0 and level_name(ramp) == "sessions 2-8/s"
+    for repeat in ramp["repeats"]:
+        sessions = {}
+        for turn in sorted(repeat["requests"], key=lambda r: r["sent_s"]):
+            sessions.setdefault(turn["user"], []).append(turn["turn"])
+        assert sorted(sessions) == list(range(8)) and all(t == list(range(1, len(t) + 1)) for t in sessions.values())
+        assert {c["name"]: c["status"] for c in repeat["checks"]}["send_lag"] == "pass"
     port = server["command"][server["command"].index("--port") + 1]
     assert not [cmd for _, _, state, cmd in processes() if f"--port {port} " in cmd + " " and state != "Z"], (
         "the server outlived its rule"
@@ -265,14 +288,14 @@ def test_port_in_use_is_refused_before_starting(tmp_path, tiny_model, default_co
 
 def test_a_chosen_port_taken_before_the_server_binds_it_is_exchanged_for_another(tmp_path, monkeypatch):
     """The race free_port leaves open: the port it chose is free when looked at and taken when
-    the server binds it (planted: a listener holds it, and the first two looks say it is free)."""
+    the server binds it (planted: a listener holds it, and the first look says it is free)."""
     import infbench.engines.vllm_server as vllm_server
 
     looks = []
 
     def free_at_first(port, host="127.0.0.1"):
         looks.append(port)
-        return len(looks) <= 2 or port_is_free(port, host)
+        return len(looks) <= 1 or port_is_free(port, host)
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -284,7 +307,7 @@ def test_a_chosen_port_taken_before_the_server_binds_it_is_exchanged_for_another
         with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server:
             assert server.port != taken and f"--port {server.port}" in " ".join(server.command)
             assert httpx.get(f"{server.base_url}/v1/models").status_code == 200
-        assert looks[:3] == [taken, taken, taken]  # the first try, then the lost port seen taken
+        assert looks[:2] == [taken, taken]  # the first launch, then the lost port seen taken
 
 
 def serve_workdir(tmp_path, tiny_model, window_s=1) -> Path:

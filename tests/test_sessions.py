@@ -69,6 +69,15 @@ def conversations(count=60, turns=4, output=6, reply_words=3, system="you are he
     ]
 
 
+# load.json's sessions for the conversations above, as serve writes them.
+SESSIONS_SETTINGS = {
+    "think_s": 0.2,
+    "think": "fixed",
+    "reply": "model",
+    "conversations": {"kind": "synthetic", "conversations": 60, "turns": 4, "system_prompt_tokens": 3},
+}
+
+
 def users_pass(server, plan, users=4, window=None, timeout_s=30):
     window = window or Window(3.0, 30)
     return asyncio.run(
@@ -162,12 +171,11 @@ def test_a_drained_users_pass_waits_for_turns_in_flight_not_for_think_times(tmp_
     plan = SessionPlan(conversations(), ThinkTime(3.0, "exponential"), "model", 512)
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         with SchedulingJitter() as jitter:
-            started = time.perf_counter()
             run = asyncio.run(
                 run_window(server.base_url, "m", iter(()), window=Window(1.0, 5), concurrency=30, arrivals=None,
                            seed=0, interval_s=0.05, timeout_s=30, users=plan, drain=True)
             )  # fmt: skip
-            drain_s = time.perf_counter() - started - run.ended_s
+            drain_s = time.perf_counter() - run.started - run.ended_s
     assert sum(run.counted) >= 5 and not run.cancelled
     # Turns in flight at the end take 20 ms + 6 x 10 ms on this server.
     assert drain_s < 0.5 + 2 * jitter.max_s, (drain_s, jitter)
@@ -177,12 +185,19 @@ def test_sessions_on_a_model_without_a_chat_template_stop_naming_the_settings_th
     import transformers
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda folder: WordTokenizer())
-    with pytest.raises(UserError) as stopped:
-        session_plan({"source": "synthetic"}, "model-folder", [], 512, 0)
-    assert str(stopped.value) == (
-        "users in chat sessions (sessions.capacity or load.users), but this model's tokenizer has no chat "
-        "template; set sessions.capacity: false and load.users: [] or use a chat model"
-    )
+    for stage, asked_by, fix in (
+        (
+            "serve",
+            "users in chat sessions (load.users or load.session_ramp)",
+            "set load.users: [] and load.session_ramp: null",
+        ),
+        ("capacity", "the users search (sessions.capacity)", "set sessions.capacity: false"),
+    ):
+        with pytest.raises(UserError) as stopped:
+            session_plan({"source": "synthetic"}, "model-folder", [], 512, 0, stage)
+        assert str(stopped.value) == (
+            f"{asked_by}, but this model's tokenizer has no chat template; {fix} or use a chat model"
+        )
 
 
 def test_think_times_are_seeded_per_user_with_the_mean_asked():
@@ -358,16 +373,21 @@ def test_a_probe_that_did_not_hold_its_users_is_flagged():
 
 
 def test_a_users_level_pass_that_did_not_hold_its_users_or_took_their_turns_late_warns():
-    held = {"users": 20, "users_from_littles_law": 19.0, "mean_think_s": 2.05, "mean_think_drawn_s": 2.0}
+    held = {"users": 20, "users_from_littles_law": 19.0, "mean_response_s": 0.5, "mean_think_s": 2.05,
+            "mean_think_drawn_s": 2.0}  # fmt: skip
 
-    def statuses(figures):
-        return {c["name"]: c["status"] for c in session_checks(figures)}
+    def statuses(figures, window_s=20.0):  # 20 s: 8 of a user's cycles (0.5 s + 2.05 s)
+        return {c["name"]: c["status"] for c in session_checks(figures, window_s)}
 
     assert statuses(held) == {"users_held": "pass", "users_on_time": "pass"}
     assert statuses({**held, "users_from_littles_law": 15.0})["users_held"] == "warn"  # 5 users short
     assert statuses({**held, "mean_think_s": 2.3})["users_on_time"] == "warn"  # 15 % late
+    # A window of under 5 cycles reads Little's law low: not judged (docs/method.md#sessions).
+    assert statuses({**held, "users_from_littles_law": 15.0}, window_s=10.0)["users_held"] == "not_available"
     none_taken = {**held, "users_from_littles_law": None, "mean_think_s": None}
-    assert statuses(none_taken) == {"users_held": "pass", "users_on_time": "pass"}
+    assert statuses(none_taken) == {"users_held": "not_available", "users_on_time": "not_available"}
+    none_drawn = {**none_taken, "mean_think_drawn_s": 0.0}
+    assert "sessions.think_s: 0" in session_checks(none_drawn, 20.0)[0]["detail"]
 
 
 def test_a_client_late_to_its_users_turns_limits_its_probe(tmp_path, monkeypatch):
@@ -470,7 +490,8 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
     from infbench.serving.sweep import run_sweep
 
     plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512)
-    load = {**LOAD, "request_rates": [], "users": [4], "window_s": 1.0, "warmup": True}
+    # 2 s windows: over 5 of a user's turn-and-think cycles (0.2 s + 0.08 s), so users_held is made.
+    load = {**LOAD, "request_rates": [], "users": [4], "window_s": 2.0, "warmup": True}
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)) as server:
         closed, users = run_sweep(
             server=server, workload=rows(4), pool=rows(1000), load=load, seed=0, timeout_s=30, tokenizer=None,
@@ -500,13 +521,58 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
     assert len(table) > sum(r["counted"] for r in table)  # the ramp's and the drain's turns too, each named
     assert all(r["conversation"] and r["turn"] >= 1 and r["think_s"] is not None for r in table)
     # Section 5 reads the users level through Little's law, the request levels left out.
-    source = {"kind": "synthetic", "conversations": 60, "turns": 4, "system_prompt_tokens": 3}
-    settings = {"think_s": 0.2, "think": "fixed", "reply": "model", "conversations": source}
-    shown = users_levels_view({"levels": [closed, users], "sessions": settings})
+    shown = users_levels_view({"levels": [closed, users], "sessions": SESSIONS_SETTINGS, "settings": load})
     assert shown["source"] == "60 synthetic conversations of 4 turns behind one system prompt of 3 tokens"
     (row,) = shown["table"].to_dict("records")
     assert row["level"] == "4 users"
     assert row["users L × (R + Z) / R"] == f"{users['sessions']['users_from_littles_law']:.1f}"
     implied = sorted(r["sessions"]["users_from_littles_law"] for r in users["repeats"])
     assert row["over the passes"] == f"{implied[0]:.1f} to {implied[-1]:.1f}"
-    assert users_levels_view({"levels": [closed], "sessions": None}) is None
+    assert users_levels_view({"levels": [closed], "sessions": None, "settings": load}) is None
+
+
+def test_sessions_on_a_ramp_start_on_its_schedule_and_every_turn_of_every_conversation_counts(tmp_path):
+    """load.session_ramp: sessions starting at a rate rising from 4 to 16 a second, each one
+    conversation of 3 turns from its first, 0.1 s of thought between turns; the pass ends when
+    the last conversation has, every turn counted (no window), each session's start on time."""
+    from test_level_windows import LOAD, rows
+
+    from infbench.core.level_names import level_name
+    from infbench.report.serve import level_label, users_levels_view, whole_pass_text
+    from infbench.serving.arrivals import send_offsets
+    from infbench.serving.request_table import level_rows
+    from infbench.serving.sweep import run_sweep
+
+    plan = SessionPlan(conversations(turns=3), ThinkTime(0.1, "fixed"), "model", 512)
+    ramp = {"start_rate": 4.0, "end_rate": 16.0, "sessions": 12}
+    load = {**LOAD, "concurrency": [], "request_rates": [], "session_ramp": ramp}
+    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=16)) as server:
+        (level,) = run_sweep(
+            server=server, workload=rows(4), pool=rows(100), load=load, seed=0, timeout_s=30, tokenizer=None,
+            prefix_caching=False, sessions=plan, progress=lambda line: None,
+        )  # fmt: skip
+    assert (level["mode"], level["api"], level["max_concurrency"]) == ("session_ramp", "chat", None)
+    assert (level["request_rate"], level["ramp_end_rate"]) == (4.0, 16.0) and "sessions" not in level
+    assert (level_name(level), level_label(level)) == ("sessions 4-16/s", "sessions 4→16/s")
+    for number, repeat in enumerate(level["repeats"]):
+        assert repeat["window"] is None and repeat["uncounted_requests"] == []  # a whole pass
+        turns = repeat["requests"]
+        by_session = defaultdict(list)
+        for turn in sorted(turns, key=lambda r: r["sent_s"]):
+            by_session[turn["user"]].append(turn)
+        assert sorted(by_session) == list(range(12))  # every session started, each a user of its own
+        assert all([t["turn"] for t in held] == [1, 2, 3] for held in by_session.values())  # whole conversations
+        assert all(t["success"] for t in turns) and len(turns) == 36
+        # Each session's first turn left at its place in the ramp's schedule (seeded seed + repeat).
+        offsets = send_offsets(12, Arrivals(4.0, 1.0, 16.0), number)
+        starts = [by_session[user][0]["sent_s"] for user in range(12)]
+        assert starts == pytest.approx(offsets, abs=0.05)
+        checks = {c["name"]: c["status"] for c in repeat["checks"]}
+        assert checks["send_lag"] == checks["failed_requests"] == checks["short_outputs"] == "pass"
+        assert "steady_window" not in checks
+    table = level_rows([level], LOAD["slo_ms"])
+    assert {(r["measurement"], r["max_concurrency"]) for r in table} == {("sessions 4-16/s", None)}
+    assert len(table) == 72 and all(r["counted"] for r in table)
+    view = users_levels_view({"levels": [level], "sessions": SESSIONS_SETTINGS, "settings": load})
+    assert view["session_ramp"] == "sessions 4→16/s" and view["ramp_sessions"] == 12 and view["table"].empty
+    assert whole_pass_text([level]) == "session ramp levels"

@@ -98,7 +98,8 @@ def test_a_csv_without_burstgpts_columns_and_a_line_that_is_not_json(tmp_path):
 
 def test_trace_levels_one_a_scale_with_the_traces_rate():
     load = {"concurrency": [], "request_rates": [], "ramp": None, "max_concurrency": 8, "burstiness": 1.0,
-            "trace_scales": [1.0, 4.0], "users": []}  # fmt: skip
+            "trace_scales": [1.0, 4.0], "users": [],
+            "session_ramp": None}  # fmt: skip
     levels = configured_levels(load, "completions", False, (0.0, 0.5, 2.0))
     assert [(level.mode, level.arrivals.scale, level.arrivals.rate) for level in levels] == [
         ("trace", 1.0, 1.0),

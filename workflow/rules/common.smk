@@ -108,6 +108,10 @@ def interleaved_after(engine, wildcards):
     return expand(previous, model=wildcards.model)
 
 
+# Whether the serve stage measures users in chat sessions (load.users or load.session_ramp).
+SERVE_SESSIONS = bool(config["load"]["users"] or config["load"]["session_ramp"])
+
+
 def sessions_file(measured):
     """The ShareGPT file of conversations where a stage measures sessions and reads one: an input."""
     source = config["sessions"]["source"]

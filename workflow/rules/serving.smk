@@ -30,8 +30,8 @@ rule serve:
         workload=rules.workload.output.requests,
         pool=rules.workload.output.pool,
         code=script_code("serve"),
-        # A ShareGPT file of conversations, where load.users reads one.
-        sessions=sessions_file(config["load"]["users"]),
+        # A ShareGPT file of conversations, where load.users or load.session_ramp reads one.
+        sessions=sessions_file(SERVE_SESSIONS),
     params:
         device=config["hardware"]["device"],
         dtype=DTYPE,
@@ -39,8 +39,8 @@ rule serve:
         engine=config["engine"],
         server=config["server"],
         load=config["load"],
-        # Only where load.users measures users, so that session settings rerun nothing otherwise.
-        sessions=config["sessions"] if config["load"]["users"] else None,
+        # Only where the stage measures sessions, so that session settings rerun nothing otherwise.
+        sessions=config["sessions"] if SERVE_SESSIONS else None,
         seed=config["seed"],
         provenance_config=lambda wildcards: stage_config(
             wildcards,
@@ -48,7 +48,7 @@ rule serve:
             "engine",
             "server",
             "load",
-            *(["sessions"] if config["load"]["users"] else []),
+            *(["sessions"] if SERVE_SESSIONS else []),
             "seed",
         ),
     threads: config["hardware"]["threads"]

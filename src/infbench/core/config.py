@@ -204,7 +204,7 @@ def check_semantics(config: dict, base_dir: Path) -> None:
         raise ConfigError(
             f"config error: sessions.turns = {turns}: min is above max; give min <= max, or one number of turns"
         )
-    if sessions["capacity"] or config["load"]["users"]:
+    if sessions["capacity"] or config["load"]["users"] or config["load"]["session_ramp"]:
         if sessions["source"] != "synthetic" and not resolve_path(sessions["source"], base_dir).is_file():
             raise ConfigError(
                 f"config error: sessions.source = {sessions['source']!r}: no file there (looked for "

@@ -31,9 +31,12 @@ def level_case(
 
 def level_name(level: dict) -> str:
     """level_case of one of this pipeline's level records (runs made before chat levels or
-    trace levels existed lack those fields); users=N for N users in chat sessions."""
+    trace levels existed lack those fields); users=N for N users in chat sessions, sessions
+    0.5-4/s for sessions starting on a ramp."""
     if level.get("mode") == "users":
         return f"users={level['max_concurrency']}"
+    if level.get("mode") == "session_ramp":
+        return f"sessions {float(level['request_rate']):g}-{float(level['ramp_end_rate']):g}/s"
     return level_case(
         level["request_rate"],
         level["max_concurrency"],

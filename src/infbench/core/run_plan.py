@@ -82,7 +82,10 @@ def serving_plan(config: dict, earlier: dict | None) -> list[PassPlan]:
                 else None
             )
         else:
-            requests = load["ramp"]["requests"] if level.mode == "ramp" else 0
+            requests = {
+                "ramp": (load["ramp"] or {}).get("requests"),
+                "session_ramp": (load["session_ramp"] or {}).get("sessions"),
+            }.get(level.mode) or 0
             floor = requests / max(level.arrivals.rate, level.arrivals.ramp_to or 0.0) if requests else 0.0
             expected = per_pass(before) if before else None
         plans.append(PassPlan("serve", level.label, load["repeats"], floor, expected))

@@ -121,8 +121,8 @@ def _die_with_parent():
         pass
 
 
-# A server that lost its port to another process exits with this in its log (uvicorn's
-# OSError, errno EADDRINUSE).
+# A server that lost its port to another process exits with this in its log (the OSError of
+# errno EADDRINUSE; vLLM's internal ZMQ or torch.distributed binds failing so retry too, harmlessly).
 PORT_TAKEN = "address already in use"
 PORT_TRIES = 3
 
@@ -169,30 +169,23 @@ class ServerProcess:
             return "(no server log)"
 
     def start(self) -> ServerProcess:
-        """Launch and wait until ready. A port free_port chose can be taken by another process
-        before the server binds it (free_port releases it to return it): then the server is
-        launched again on another, up to PORT_TRIES times."""
-        for attempt in range(1, PORT_TRIES + 1):
-            if self.port_chosen and not port_is_free(self.port, self.host):
-                self.move_to(free_port(self.host))
-            self.launch()
-            try:
-                return self.wait_ready()
-            except ServerError:
-                if not (self.port_chosen and attempt < PORT_TRIES and PORT_TAKEN in self.log_tail(40).lower()):
-                    raise
+        self.launch()
+        return self.wait_ready()
 
     def move_to(self, port: int) -> None:
         self.command[self.command.index("--port") + 1] = str(port)
         self.port = port
 
     def launch(self) -> None:
-        """Start the process and return at once (wait_ready waits for it)."""
+        """Start the process and return at once (wait_ready waits for it). A port free_port
+        chose that is no longer free is exchanged for another."""
         if not port_is_free(self.port, self.host):
-            raise ServerError(
-                f"port {self.port} on {self.host} is already in use; stop what holds it "
-                f"(e.g. `ss -ltnp | grep :{self.port}`) or let the pipeline pick a free port"
-            )
+            if not self.port_chosen:
+                raise ServerError(
+                    f"port {self.port} on {self.host} is already in use; stop what holds it "
+                    f"(e.g. `ss -ltnp | grep :{self.port}`) or let the pipeline pick a free port"
+                )
+            self.move_to(free_port(self.host))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "w")
         started = time.perf_counter()
@@ -203,11 +196,21 @@ class ServerProcess:
         self._launched = started
 
     def wait_ready(self) -> ServerProcess:
-        try:
-            self._wait_ready(self._launched)
-        except BaseException:
-            self.stop()
-            raise
+        """Wait until the launched server is ready; stop it if it is not. A port free_port chose
+        can be taken by another process before the server binds it (free_port releases it to
+        return it): the server, exiting with that in its log, is launched again on another port,
+        up to PORT_TRIES launches in all."""
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                self._wait_ready(self._launched)
+                break
+            except BaseException as error:
+                self.stop()
+                lost_port = isinstance(error, ServerError) and PORT_TAKEN in self.log_tail(40).lower()
+                if not (self.port_chosen and lost_port and attempt < PORT_TRIES):
+                    raise
+                print(f"port {self.port} was taken before the server bound it: launching again on another")
+                self.launch()
         self.startup_s = time.perf_counter() - self._launched
         return self
 

@@ -72,9 +72,10 @@ def prefix_blocks(token_ids: list[int], block_size: int) -> tuple[int, ...]:
 
 
 def request_levels(load: dict) -> list[dict]:
-    """The sweep's levels of workload requests: users levels' turns carry conversations that
-    share their blocks, which this check's footprints do not model (docs/method.md#sessions)."""
-    return [level for level in load["levels"] if level.get("mode") != "users"]
+    """The sweep's levels of workload requests: the turns of users levels and session ramps carry
+    conversations that share their blocks, which this check's footprints do not model
+    (docs/method.md#sessions)."""
+    return [level for level in load["levels"] if level.get("mode") not in ("users", "session_ramp")]
 
 
 def source_id(record: dict) -> str:

@@ -15,6 +15,8 @@ from infbench.report.tables import fmt
 def level_label(level: dict) -> str:
     if level["mode"] == "users":
         return f"{level['max_concurrency']} users"
+    if level["mode"] == "session_ramp":
+        return f"sessions {level['request_rate']:g}→{level['ramp_end_rate']:g}/s"
     prefix = "chat " if level.get("api") == "chat" else ""
     if level["mode"] == "concurrency":
         return f"{prefix}c={level['max_concurrency']}"
@@ -305,9 +307,10 @@ def breakdown_table(levels: list[dict]) -> pd.DataFrame:
 
 def users_levels_view(load: dict) -> dict | None:
     """load.users' levels read through Little's law, each figure the mean over the level's
-    repeats (docs/method.md#sessions); None without users levels."""
+    repeats (docs/method.md#sessions), and load.session_ramp's level named; None without either."""
     levels = [level for level in load["levels"] if level["mode"] == "users"]
-    if not levels:
+    ramp = next((level for level in load["levels"] if level["mode"] == "session_ramp"), None)
+    if not levels and ramp is None:
         return None
 
     def implied_range(level):
@@ -331,13 +334,18 @@ def users_levels_view(load: dict) -> dict | None:
         for level in levels
         for figures in [level["sessions"]]
     )
-    return {**sessions_text(load["sessions"]), "table": table}
+    return {
+        **sessions_text(load["sessions"]),
+        "table": table,
+        "session_ramp": level_label(ramp) if ramp else None,
+        "ramp_sessions": load["settings"]["session_ramp"]["sessions"] if ramp else None,
+    }
 
 
 def whole_pass_text(levels: list[dict]) -> str:
     """The levels measured over their whole pass (no window), named by kind: '' if none."""
-    kinds = [kind for kind in ("ramp", "trace") if any(level["mode"] == kind for level in levels)]
-    return " and ".join(f"{kind} levels" for kind in kinds)
+    kinds = [kind for kind in ("ramp", "trace", "session_ramp") if any(level["mode"] == kind for level in levels)]
+    return " and ".join(f"{kind.replace('_', ' ')} levels" for kind in kinds)
 
 
 def view(server: dict | None, load: dict | None) -> dict | None:
@@ -363,7 +371,9 @@ def view(server: dict | None, load: dict | None) -> dict | None:
         "repeats": len(levels[0]["repeats"]) if levels else 0,
         "window": {"seconds": f"{load['settings']['window_s']:g}", "min_requests": load["settings"]["window_requests"]},
         "whole_pass_levels": whole_pass_text(levels),
-        "chat_levels": any(level["api"] == "chat" and level["mode"] != "users" for level in levels),
+        "chat_levels": any(
+            level["api"] == "chat" and level["mode"] not in ("users", "session_ramp") for level in levels
+        ),
         "users_levels": users_levels_view(load),
         "notes": load["notes"],
         "placement": placement["note"],

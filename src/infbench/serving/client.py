@@ -217,7 +217,6 @@ class PassWindow:
     completed_prompt_tokens: int  # their prompt tokens
     output_tokens: float  # output tokens that arrived in the window
     cancelled: list[dict] = field(default_factory=list)  # window.cancelled_record of each request cut off
-    turns: dict[str, dict] = field(default_factory=dict)  # users in sessions: TurnLog.to_json by request id
 
     @property
     def seconds(self) -> float:
@@ -248,6 +247,8 @@ class LevelRun:
     processes: int = 1  # client processes the level was spread over
     process_cpu_s: list[float] | None = None  # each client process's CPU seconds (None: one process)
     window: PassWindow | None = None  # a windowed pass; None: every request of the pass counted
+    turns: dict[str, dict] = field(default_factory=dict)  # users in sessions: TurnLog.to_json by request id
+    session_start_lags: list[float] | None = None  # sessions on a ramp: each one's first turn's send lag, s
 
     def window_samples(self) -> list[dict]:
         """The /metrics scrapes the level's server figures are read from: the window's."""

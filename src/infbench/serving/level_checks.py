@@ -213,6 +213,17 @@ def validity_checks(
                 "send leave that wait out; e2el_including_client_queue counts it",
             )
         )
+    if run.session_start_lags:  # sessions on a ramp: their first turns keep the schedule
+        lag = max(run.session_start_lags)
+        checks.append(
+            check(
+                "send_lag",
+                "pass" if lag <= SEND_LAG_WARN_S else "warn",
+                lag,
+                f"sessions started up to {lag * MS:.0f} ms after their scheduled time (warn above "
+                f"{SEND_LAG_WARN_S * MS:.0f} ms: the client kept another schedule than the one offered)",
+            )
+        )
     if not run.metrics.available:
         return checks + [
             not_available(name, "vLLM's /metrics") for name in ("metrics_coverage", "prefix_cache_hit_rate")
@@ -251,29 +262,47 @@ def validity_checks(
     return checks
 
 
-def session_checks(figures: dict) -> list[dict]:
+# A users level's window must span at least this many of a user's cycles (a turn and its think
+# time, R + Z) for users_held to be made: in shorter windows, think times longer than what is left
+# of the window end after it closes, uncounted, so Z and Little's law read low.
+HELD_CYCLES = 5
+
+
+def session_checks(figures: dict, window_s: float) -> list[dict]:
     """A users level's pass read through Little's law (serving/sessions.py's session_figures):
     it held its users, and its client took their turns on time (docs/method.md#sessions)."""
     users, implied = figures["users"], figures["users_from_littles_law"]
     taken, drawn = figures["mean_think_s"], figures["mean_think_drawn_s"]
-    return [
-        check(
+    if taken is None or not drawn:
+        missing = (
+            "no think time was drawn (sessions.think_s: 0)" if drawn == 0 else "no think time was taken in the window"
+        )
+        return [
+            check(name, "not_available", None, f"not available: {missing}") for name in ("users_held", "users_on_time")
+        ]
+    cycles = window_s / (figures["mean_response_s"] + taken)
+    if cycles < HELD_CYCLES:
+        held = check(
+            "users_held",
+            "not_available",
+            implied,
+            f"not available: the {window_s:.1f} s window spans {cycles:.1f} of a user's turn-and-think cycles, fewer "
+            f"than {HELD_CYCLES}, so Little's law ({implied:.1f} for {users} users) reads low there (think times "
+            "longer than the window's rest end uncounted); raise load.window_s",
+        )
+    else:
+        held = check(
             "users_held",
             "warn" if users_not_held(figures) else "pass",
             implied,
-            "no think time taken in the window: Little's law has nothing to hold"
-            if implied is None
-            else f"requests in flight x (response + think) / response = {implied:.1f} for {users} users "
-            f"(warn beyond {USERS_HELD:.0%} off: users whose turns stopped or never ended, or a window too short "
-            "for its edges)",
-        ),
-        check(
-            "users_on_time",
-            "warn" if thinking_late(figures) else "pass",
-            taken / drawn if taken is not None and drawn else None,
-            "no think time taken in the window"
-            if taken is None or not drawn
-            else f"users thought {taken:.2f} s on average before their turns, {drawn:.2f} s drawn (warn beyond "
-            f"{THINK_LATE:.0%} longer: the client was late to their turns, so it offered less load than its users)",
-        ),
-    ]
+            f"requests in flight x (response + think) / response = {implied:.1f} for {users} users (warn beyond "
+            f"{USERS_HELD:.0%} off: users whose turns stopped or never ended)",
+        )
+    on_time = check(
+        "users_on_time",
+        "warn" if thinking_late(figures) else "pass",
+        taken / drawn,
+        f"users thought {taken:.2f} s on average before their turns, {drawn:.2f} s drawn (warn beyond "
+        f"{THINK_LATE:.0%} longer: the client was late to their turns, so it offered less load than its users)",
+    )
+    return [held, on_time]

@@ -79,7 +79,8 @@ def level_rows(levels: list[dict], slo_ms: dict) -> list[dict]:
         for number, repeat in enumerate(level["repeats"], start=1):
             where = {
                 "run": 1, "measurement": level_name(level), "request_rate": finite_rate(level["request_rate"]),
-                "max_concurrency": None if level["mode"] == "users" else level["max_concurrency"], "pass": number,
+                "max_concurrency": None if level["mode"] in ("users", "session_ramp") else level["max_concurrency"],
+                "pass": number,
                 "pass_started_unix": repeat.get("started_unix"),
             }  # fmt: skip
             records = [(r, True) for r in repeat["requests"]]

@@ -45,20 +45,28 @@ class SessionPlan:
         return enumerate(itertools.cycle(order), start=1)
 
 
-def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int, tokenizer=None):
+# What asks a stage for sessions, and the way out, as a model without a chat template's error names them.
+ASKED_BY = {
+    "serve": (
+        "users in chat sessions (load.users or load.session_ramp)",
+        "set load.users: [] and load.session_ramp: null",
+    ),
+    "capacity": ("the users search (sessions.capacity)", "set sessions.capacity: false"),
+}
+
+
+def session_plan(settings: dict | None, model_dir, pool: list[dict], max_model_len: int, seed: int, stage: str,
+                 tokenizer=None):  # fmt: skip
     """The sessions of config section `settings` (None: none are measured, None returned) and
     their source, their turns rendered through the model's chat template (`tokenizer`, the
-    model's where the caller has it loaded)."""
+    model's where the caller has it loaded); `stage` (ASKED_BY) names what asked for them."""
     if settings is None:
         return None, None
     if tokenizer is None:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = Prompts(  # sessions run through the chat template: a model without one stops here
-        tokenizer, "chat", "users in chat sessions (sessions.capacity or load.users)",
-        "set sessions.capacity: false and load.users: []",
-    )  # fmt: skip
+    prompts = Prompts(tokenizer, "chat", *ASKED_BY[stage])  # a model without a chat template stops here
     conversations, source = build_conversations(
         tokenizer, pool, settings, max_model_len, seed, lambda messages: prompts.render_messages(messages)[1]
     )
@@ -158,11 +166,13 @@ async def users_loop(client, model: str, plan: SessionPlan, users: int, state, s
     return tasks, logs
 
 
-async def sessions_open_loop(client, model: str, plan: SessionPlan, offsets: list[float], state, seed: int):
+async def sessions_open_loop(client, model: str, plan: SessionPlan, offsets: list[float], state, seed: int,
+                             whole: bool = False):  # fmt: skip
     """A new session at `state.started` + each offset (an open loop of sessions): one
     conversation from its first turn, sent on arrival (its send lag kept), its later turns after
     think times, each session a `user` of its own in the logs. The window opens plan.ramp_s after
-    the pass's start. Returns the tasks and the TurnLogs."""
+    the pass's start; `whole`: at once, and the pass ends when every session has (a ramp).
+    Returns the tasks and the TurnLogs."""
     conversations = plan.supply(seed)
     logs: dict[int, TurnLog] = {}
     tasks = []
@@ -176,13 +186,20 @@ async def sessions_open_loop(client, model: str, plan: SessionPlan, offsets: lis
         await asyncio.sleep(max(0.0, state.started + plan.ramp_s - time.perf_counter()))
         state.open_window()
 
+    if whole:  # every turn counted, the first session's too
+        state.open_window()
+
     async def dispatch():
         for number, offset in enumerate(offsets):
             await asyncio.sleep(max(0.0, state.started + offset - time.perf_counter()))
             if not state.sending():
                 return
             tasks.append(asyncio.ensure_future(session(number, offset)))
-        state.stop_sending()  # the schedule ran out
+        if whole:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            state.finish()
+        else:
+            state.stop_sending()  # the schedule ran out
 
     dispatcher, opener = asyncio.ensure_future(dispatch()), asyncio.ensure_future(ramp())
     await state.done.wait()

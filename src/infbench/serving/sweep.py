@@ -38,7 +38,15 @@ from infbench.serving.level_checks import (
 )
 from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures
 from infbench.serving.time_breakdown import breakdown, pass_totals, pooled_totals
-from infbench.serving.window import RequestSupply, Window, ensure_alive, level_run, measure_pass, streamed_record
+from infbench.serving.window import (
+    RequestSupply,
+    Window,
+    ensure_alive,
+    level_run,
+    measure_pass,
+    streamed_record,
+    whole_sessions_run,
+)
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
 
 
@@ -99,7 +107,7 @@ def study_request(
 class Level:
     """One load level: closed loop (`concurrency` in flight, no arrivals; with `users`, that
     many users in chat sessions) or open loop (requests sent on `arrivals`, at most
-    `concurrency` in flight where it is given)."""
+    `concurrency` in flight where it is given; with `users`, chat sessions starting on a ramp)."""
 
     concurrency: int | None
     arrivals: Arrivals | TraceArrivals | None = None
@@ -109,7 +117,7 @@ class Level:
     @property
     def mode(self) -> str:
         if self.users:
-            return "users"
+            return "users" if self.arrivals is None else "session_ramp"
         if self.arrivals is None:
             return "concurrency"
         if isinstance(self.arrivals, TraceArrivals):
@@ -124,6 +132,8 @@ class Level:
 
     @property
     def label(self) -> str:
+        if self.users and self.arrivals is not None:
+            return f"chat sessions starting at {self.arrivals.rate:g}->{self.arrivals.ramp_to:g}/s"
         if self.users:
             return f"{self.concurrency} users in chat sessions"
         prefix = "chat, " if self.api == "chat" else ""
@@ -142,7 +152,8 @@ def configured_levels(
     """The closed-loop levels, then the open-loop ones, then the ramp, as the config lists them,
     all through the workload's API; with a trace's arrival times (replayable), one replay a scale
     (load.trace_scales); then, for a completions workload of a model with a chat template, the
-    closed-loop chat levels (load.chat_concurrency); then users in chat sessions (load.users)."""
+    closed-loop chat levels (load.chat_concurrency); then users in chat sessions (load.users), and
+    sessions on a ramp (load.session_ramp)."""
     levels = [Level(concurrency, api=api) for concurrency in load["concurrency"]]
     levels += [
         Level(load["max_concurrency"], Arrivals(rate, load["burstiness"]), api) for rate in load["request_rates"]
@@ -154,7 +165,11 @@ def configured_levels(
         levels += [Level(load["max_concurrency"], TraceArrivals(trace, scale), api) for scale in load["trace_scales"]]
     if api == "completions" and chat_available:
         levels += [Level(concurrency, api="chat") for concurrency in load["chat_concurrency"]]
-    return levels + [Level(users, api="chat", users=True) for users in load["users"]]
+    levels += [Level(users, api="chat", users=True) for users in load["users"]]
+    if load["session_ramp"]:
+        ramp = load["session_ramp"]
+        levels.append(Level(None, Arrivals(ramp["start_rate"], load["burstiness"], ramp["end_rate"]), "chat", True))
+    return levels
 
 
 # Level figures summarized across repeats (mean and 95 % CI over the repeats' values).
@@ -271,8 +286,7 @@ def queue_figures(records: list[dict]) -> dict:
 def record(run: LevelRun, streamed) -> dict:
     """A request as the client saw it (window.streamed_record); a turn also with its user,
     conversation, place and think time."""
-    turn = run.window.turns.get(streamed.result.request_id, {}) if run.window else {}
-    return {**streamed_record(streamed, run.started), **turn}
+    return {**streamed_record(streamed, run.started), **run.turns.get(streamed.result.request_id, {})}
 
 
 def request_records(run: LevelRun) -> list[dict]:
@@ -367,7 +381,7 @@ def summarize_level(
     ]
     for repeat, figures in zip(repeats, sessions or [], strict=bool(sessions)):
         repeat["sessions"] = figures
-        repeat["checks"] += session_checks(figures)
+        repeat["checks"] += session_checks(figures, repeat["window"]["seconds"])
     results = [s.result for run in runs for s in run.results]
     duration = sum(run.duration_s for run in runs)
     summary = aggregate(results, duration)
@@ -502,6 +516,14 @@ def run_sweep(
         )
         return level_run(measured), session_figures(measured.run, level.concurrency) if level.users else None
 
+    def session_ramp_pass(level: Level, pass_seed: int) -> LevelRun:
+        measured = measure_pass(
+            server, iter(()), what=f"the load level {level.label}", pool=None, fix="lower the level",
+            window=window, concurrency=None, arrivals=level.arrivals, seed=pass_seed, **how(level), drain=True,
+            users=sessions, whole_sessions=load["session_ramp"]["sessions"],
+        )  # fmt: skip
+        return whole_sessions_run(measured.run)
+
     def ramp_requests() -> list[LoadRequest]:
         return list(itertools.islice(supply.take(), load["ramp"]["requests"]))
 
@@ -514,6 +536,8 @@ def run_sweep(
                 run, figures = windowed_pass(level, seed + repeat)
                 if figures is not None:
                     sessions_figures[index].append(figures)
+            elif level.mode == "session_ramp":
+                run = session_ramp_pass(level, seed + repeat)
             else:
                 requests = traced if level.mode == "trace" else ramp_requests()
                 processes = load["client_processes"]

@@ -153,6 +153,12 @@ class _Pass:
             await asyncio.sleep(0)
         return self.sending()
 
+    def finish(self) -> None:
+        """A whole pass of sessions: every conversation has ended, and the window with the pass."""
+        self.exhausted = True
+        self.closed = self.now()
+        self.done.set()
+
     def open_window(self) -> None:
         """Sessions on a schedule: the ramp's time is up (its count is then never reached)."""
         if self.opened is None and not self.exhausted:
@@ -303,19 +309,25 @@ async def run_window(
     scrape_metrics: bool = True,
     drain: bool = False,
     users: SessionPlan | None = None,
+    whole_sessions: int | None = None,
 ) -> WindowRun:
     """One windowed pass from one client process: closed loop (`arrivals` None: `concurrency`
     in flight, or with `users` that many users in chat sessions, `supply` unused) or open loop
     (requests sent on `arrivals`, at most `concurrency` in flight where it is given, the ramp
     then lasting as many completions; with `users`, a chat session starting at each arrival,
-    the ramp lasting users.ramp_s). A request is held to `timeout_s`, so the
+    the ramp lasting users.ramp_s; with `whole_sessions`, that many sessions on `arrivals`
+    and every turn counted, the pass ending when the last conversation has: `window` unused).
+    A request is held to `timeout_s`, so the
     hold after the window ends within it. Once the last counted request has finished,
     nothing more is sent, and what is in flight is cancelled, or with `drain` left to finish
     (uncounted), so that every request the server timed is among the results."""
     if concurrency is None and arrivals is None:
         raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals)")
     client = openai_client(base_url, timeout_s, api_key)
-    offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
+    if whole_sessions is not None:
+        offsets, window = arrivals.offsets(whole_sessions, seed), Window(math.inf)  # never closes by time
+    else:
+        offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
     sessions_on_schedule = users is not None and arrivals is not None
     try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
@@ -325,7 +337,9 @@ async def run_window(
             state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
             logs = None
             if sessions_on_schedule:
-                tasks, logs = await sessions_open_loop(client, model, users, offsets, state, seed)
+                tasks, logs = await sessions_open_loop(
+                    client, model, users, offsets, state, seed, whole=whole_sessions is not None
+                )
             elif users is not None:
                 tasks, logs = await users_loop(client, model, users, concurrency, state, seed)
             elif arrivals is None:
@@ -507,8 +521,21 @@ def level_run(measured: MeasuredPass) -> LevelRun:
         window=PassWindow(
             run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
             measured.completed, measured.prompt_tokens, measured.output_tokens, run.cancelled,
-            {s.result.request_id: log.to_json() for s, log in zip(run.results, run.turns or ())},
         ),
+        turns=turn_logs(run),
+    )  # fmt: skip
+
+
+def turn_logs(run: WindowRun) -> dict[str, dict]:
+    return {s.result.request_id: log.to_json() for s, log in zip(run.results, run.turns or ())}
+
+
+def whole_sessions_run(run: WindowRun) -> LevelRun:
+    """A whole pass of sessions on a ramp (run_window's `whole_sessions`) as a serving level's
+    pass: every turn counted, throughput over the whole pass, each session's start lag kept."""
+    return LevelRun(
+        results=run.results, duration_s=run.ended_s, metrics=run.metrics, client_cpu_s=run.client_cpu_s,
+        scheduled=[], started=run.started, turns=turn_logs(run), session_start_lags=run.counted_send_lags_s,
     )  # fmt: skip
 
 
