@@ -73,6 +73,19 @@ def test_a_closed_loop_has_no_schedule_to_lag_or_queue_behind():
     assert "client_queue_s" not in request_records(closed)[0]
 
 
+def test_sessions_on_a_ramp_that_started_late_warn_their_send_lag():
+    """A session ramp's pass (LevelRun.session_start_lags: each session's first turn's lag)."""
+    on_time = planted_run([0.0] * 2, [0.0] * 2, [0.0] * 2)
+    on_time.scheduled = []
+    on_time.session_start_lags = [0.001, 0.02]
+    assert check_of(on_time, "send_lag")["status"] == "pass"
+    late = planted_run([0.0] * 2, [0.0] * 2, [0.0] * 2)
+    late.scheduled = []
+    late.session_start_lags = [0.001, SEND_LAG_WARN_S + 0.03]
+    lag = check_of(late, "send_lag")
+    assert lag["status"] == "warn" and lag["value"] == pytest.approx(0.08) and "sessions started" in lag["detail"]
+
+
 # The client's own work between a request's time coming and its send, idle: building the body
 # (tens of microseconds measured; 1 ms allowed).
 SEND_COST_S = 0.001

@@ -39,6 +39,7 @@ from infbench.workload.sessions import (
 )
 
 USER_WORDS = 4  # "question i k please"
+SEND_COST_S = 0.003  # a session's first turn from its scheduled time to its send, idle (as a trace's request)
 
 
 class WordTokenizer:
@@ -130,7 +131,7 @@ def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tm
     assert {(r["measurement"], r["request_rate"], r["max_concurrency"]) for r in rows} == {("users=4", None, None)}
     assert all(r["user"] is not None and r["turn"] >= 1 and r["think_s"] is not None for r in rows)
     assert len(rows) == run.sent
-    assert users_held(users_search((4, figures)))["status"] == "pass"
+    assert users_held(users_search((4, figures), window_s=2.0))["status"] == "pass"  # 7 cycles of 0.28 s
 
 
 def test_users_begin_spread_over_their_first_conversation_and_failed_turns_stay_in_littles_law(tmp_path):
@@ -357,19 +358,27 @@ def test_the_users_search_starts_from_littles_law_and_holds_it_at_its_capacity(t
     assert shown["at"]["implied"] == f"{at['users_from_littles_law']:.1f}" and shown["predicted"] == predicted["value"]
 
 
-def users_search(*figures) -> dict:
-    return {"probes": [{"load": users, "sessions": sessions} for users, sessions in figures]}
+def users_search(*figures, window_s=20.0) -> dict:
+    """Probes in windows of `window_s` (20 s: 8 of a user's cycles of 0.5 s + 2 s)."""
+    return {
+        "probes": [
+            {"load": users, "sessions": sessions, "window": {"seconds": window_s}} for users, sessions in figures
+        ]
+    }
 
 
 def figures(users, implied) -> tuple[int, dict]:
-    return users, {"users": users, "users_from_littles_law": implied}
+    return users, {"users": users, "users_from_littles_law": implied, "mean_response_s": 0.5, "mean_think_s": 2.0}
 
 
 def test_a_probe_that_did_not_hold_its_users_is_flagged():
     assert users_held(users_search(figures(10, 9.0), figures(20, 23.0)))["status"] == "pass"
     off = users_held(users_search(figures(10, 9.0), figures(20, 15.0)))  # L x (R + Z) / R: 5 users short
     assert off["status"] == "warn" and off["value"] == 1 and "20 users: Little's law gives 15.0" in off["detail"]
-    assert users_held(users_search(figures(1, None)))["status"] == "pass"  # no think time taken: nothing to say
+    assert users_held(users_search(figures(1, None)))["status"] == "not_available"  # no think time taken
+    # Windows of 4 cycles read low (docs/method.md#sessions): not judged.
+    short = users_held(users_search(figures(10, 9.0), figures(20, 15.0), window_s=10.0))
+    assert short["status"] == "not_available" and "2 probe(s) whose windows span fewer than 5" in short["detail"]
 
 
 def test_a_users_level_pass_that_did_not_hold_its_users_or_took_their_turns_late_warns():
@@ -386,8 +395,10 @@ def test_a_users_level_pass_that_did_not_hold_its_users_or_took_their_turns_late
     assert statuses({**held, "users_from_littles_law": 15.0}, window_s=10.0)["users_held"] == "not_available"
     none_taken = {**held, "users_from_littles_law": None, "mean_think_s": None}
     assert statuses(none_taken) == {"users_held": "not_available", "users_on_time": "not_available"}
-    none_drawn = {**none_taken, "mean_think_drawn_s": 0.0}
-    assert "sessions.think_s: 0" in session_checks(none_drawn, 20.0)[0]["detail"]
+    # No think time drawn: Little's law is L itself, judged; late thinking is undefined.
+    none_drawn = {**held, "users_from_littles_law": 19.5, "mean_think_s": 0.01, "mean_think_drawn_s": 0.0}
+    assert statuses(none_drawn) == {"users_held": "pass", "users_on_time": "not_available"}
+    assert "sessions.think_s: 0" in session_checks(none_drawn, 20.0)[1]["detail"]
 
 
 def test_a_client_late_to_its_users_turns_limits_its_probe(tmp_path, monkeypatch):
@@ -546,7 +557,10 @@ def test_sessions_on_a_ramp_start_on_its_schedule_and_every_turn_of_every_conver
     plan = SessionPlan(conversations(turns=3), ThinkTime(0.1, "fixed"), "model", 512)
     ramp = {"start_rate": 4.0, "end_rate": 16.0, "sessions": 12}
     load = {**LOAD, "concurrency": [], "request_rates": [], "session_ramp": ramp}
-    with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=16)) as server:
+    with (
+        ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=16)) as server,
+        SchedulingJitter() as jitter,
+    ):
         (level,) = run_sweep(
             server=server, workload=rows(4), pool=rows(100), load=load, seed=0, timeout_s=30, tokenizer=None,
             prefix_caching=False, sessions=plan, progress=lambda line: None,
@@ -563,15 +577,21 @@ def test_sessions_on_a_ramp_start_on_its_schedule_and_every_turn_of_every_conver
         assert sorted(by_session) == list(range(12))  # every session started, each a user of its own
         assert all([t["turn"] for t in held] == [1, 2, 3] for held in by_session.values())  # whole conversations
         assert all(t["success"] for t in turns) and len(turns) == 36
-        # Each session's first turn left at its place in the ramp's schedule (seeded seed + repeat).
+        # Each session's first turn left at its place in the ramp's schedule (seeded seed + repeat),
+        # late only by what this machine's scheduling allowed meanwhile (SEND_COST_S: the send's own
+        # cost, two wakes: the dispatcher's and the session's).
         offsets = send_offsets(12, Arrivals(4.0, 1.0, 16.0), number)
-        starts = [by_session[user][0]["sent_s"] for user in range(12)]
-        assert starts == pytest.approx(offsets, abs=0.05)
-        checks = {c["name"]: c["status"] for c in repeat["checks"]}
-        assert checks["send_lag"] == checks["failed_requests"] == checks["short_outputs"] == "pass"
+        late = [by_session[user][0]["sent_s"] - offset for user, offset in enumerate(offsets)]
+        assert all(0 <= lag < jitter.allowance(SEND_COST_S, wakes=2) for lag in late), (late, jitter)
+        checks = {c["name"]: c for c in repeat["checks"]}
+        assert checks["send_lag"]["value"] >= 0 and "sessions started up to" in checks["send_lag"]["detail"]
+        assert checks["failed_requests"]["status"] == checks["short_outputs"]["status"] == "pass"
         assert "steady_window" not in checks
     table = level_rows([level], LOAD["slo_ms"])
-    assert {(r["measurement"], r["max_concurrency"]) for r in table} == {("sessions 4-16/s", None)}
+    # A session ramp's rates are sessions a second: no request rate in the table.
+    assert {(r["measurement"], r["max_concurrency"], r["request_rate"]) for r in table} == {
+        ("sessions 4-16/s", None, None)
+    }
     assert len(table) == 72 and all(r["counted"] for r in table)
     view = users_levels_view({"levels": [level], "sessions": SESSIONS_SETTINGS, "settings": load})
     assert view["session_ramp"] == "sessions 4→16/s" and view["ramp_sessions"] == 12 and view["table"].empty

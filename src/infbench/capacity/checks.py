@@ -6,9 +6,17 @@ law), and every run of capacity.runs completed and converged."""
 from __future__ import annotations
 
 from infbench.capacity.probe import client_evidence
-from infbench.core.capacity_terms import OUTCOME_FIXES, OUTCOMES, SEARCHES, USERS_HELD, capacity_text, load_text
+from infbench.core.capacity_terms import (
+    HELD_CYCLES,
+    OUTCOME_FIXES,
+    OUTCOMES,
+    SEARCHES,
+    USERS_HELD,
+    capacity_text,
+    load_text,
+)
 from infbench.core.checks import check
-from infbench.serving.sessions import users_not_held
+from infbench.serving.sessions import cycles_in, users_not_held
 
 
 def converged(mode: str, search: dict) -> dict:
@@ -71,20 +79,32 @@ def client_not_the_limit(mode: str, search: dict) -> dict:
 def users_held(search: dict) -> dict:
     """Every users probe held its users: L x (R + Z) / R within USERS_HELD of them. Users are in
     flight or thinking by construction, so this catches what breaks that: users whose tasks
-    stopped, turns that never ended, a window too short for its edges."""
+    stopped, turns that never ended. Judged on the probes whose windows span HELD_CYCLES of a
+    user's cycles (shorter ones read low)."""
+    name = "users search: every probe held its users"
+    taken = [probe for probe in search["probes"] if probe["sessions"]["users_from_littles_law"] is not None]
+    judged = [p for p in taken if cycles_in(p["sessions"], p["window"]["seconds"]) >= HELD_CYCLES]
+    short = len(taken) - len(judged)
+    not_judged = f"{short} probe(s) whose windows span fewer than {HELD_CYCLES} of a user's cycles not judged"
+    if not judged:
+        why = not_judged + " (they read low)" if taken else "no probe took a think time"
+        return check(name, "not_available", None, f"not available: {why}: docs/method.md#sessions")
     off = [
         f"{load_text('users', probe['load'])}: Little's law gives {probe['sessions']['users_from_littles_law']:.1f}"
-        for probe in search["probes"]
+        for probe in judged
         if users_not_held(probe["sessions"])
     ]
+    found = (
+        "; ".join(off) + f" (more than {USERS_HELD:.0%} off"
+        if off
+        else f"in every probe judged, requests in flight x (response + think) / response lies within "
+        f"{USERS_HELD:.0%} of the users ("
+    )
     return check(
-        "users search: every probe held its users",
+        name,
         "warn" if off else "pass",
         len(off),
-        "; ".join(off) + f" (more than {USERS_HELD:.0%} off: docs/method.md#sessions)"
-        if off
-        else f"in every probe, requests in flight x (response + think) / response lies within {USERS_HELD:.0%} "
-        "of the users (docs/method.md#sessions)",
+        found + (f"; {not_judged}" if short else "") + ": docs/method.md#sessions)",
     )
 
 

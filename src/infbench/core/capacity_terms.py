@@ -67,6 +67,11 @@ THINK_LATE = 0.1
 # A users pass whose users, as Little's law gives them from what it measured, differ from the
 # users it ran by more than this share did not hold its users (docs/method.md#sessions).
 USERS_HELD = 0.2
+# ... judged only where the window spans at least this many of a user's cycles (a turn and its
+# think time, R + Z): in a shorter one, a turn whose think time outlasts what is left of the window
+# is sent after it closes, uncounted, so the counted think times are the short ones and Little's
+# law reads low.
+HELD_CYCLES = 5
 
 
 def load_text(mode: str, load) -> str:

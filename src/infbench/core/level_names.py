@@ -36,7 +36,8 @@ def level_name(level: dict) -> str:
     if level.get("mode") == "users":
         return f"users={level['max_concurrency']}"
     if level.get("mode") == "session_ramp":
-        return f"sessions {float(level['request_rate']):g}-{float(level['ramp_end_rate']):g}/s"
+        shape = f" burstiness {float(level['burstiness']):g}" if float(level["burstiness"]) != 1.0 else ""
+        return f"sessions {float(level['request_rate']):g}-{float(level['ramp_end_rate']):g}/s{shape}"
     return level_case(
         level["request_rate"],
         level["max_concurrency"],

@@ -6,12 +6,12 @@ import math
 import os
 import statistics
 
-from infbench.core.capacity_terms import THINK_LATE, USERS_HELD
+from infbench.core.capacity_terms import HELD_CYCLES, THINK_LATE, USERS_HELD
 from infbench.core.checks import CLIENT_FAIL, CLIENT_WARN, check, not_available
 from infbench.core.metrics import MS, failures_text
 from infbench.serving.client import LevelRun
 from infbench.serving.client_cost import ClientCost
-from infbench.serving.sessions import thinking_late, users_not_held
+from infbench.serving.sessions import cycles_in, thinking_late, users_not_held
 from infbench.serving.window import QUEUE_GROWTH, SATURATED_SHARE, saturation, streamed_record
 
 # load.client_processes: auto spreads a level needing CLIENT_WARN or more of a core over enough
@@ -262,33 +262,21 @@ def validity_checks(
     return checks
 
 
-# A users level's window must span at least this many of a user's cycles (a turn and its think
-# time, R + Z) for users_held to be made: in shorter windows, think times longer than what is left
-# of the window end after it closes, uncounted, so Z and Little's law read low.
-HELD_CYCLES = 5
-
-
 def session_checks(figures: dict, window_s: float) -> list[dict]:
     """A users level's pass read through Little's law (serving/sessions.py's session_figures):
     it held its users, and its client took their turns on time (docs/method.md#sessions)."""
     users, implied = figures["users"], figures["users_from_littles_law"]
     taken, drawn = figures["mean_think_s"], figures["mean_think_drawn_s"]
-    if taken is None or not drawn:
-        missing = (
-            "no think time was drawn (sessions.think_s: 0)" if drawn == 0 else "no think time was taken in the window"
-        )
-        return [
-            check(name, "not_available", None, f"not available: {missing}") for name in ("users_held", "users_on_time")
-        ]
-    cycles = window_s / (figures["mean_response_s"] + taken)
-    if cycles < HELD_CYCLES:
+    if implied is None:
+        held = check("users_held", "not_available", None, "not available: no think time was taken in the window")
+    elif (cycles := cycles_in(figures, window_s)) < HELD_CYCLES:
         held = check(
             "users_held",
             "not_available",
             implied,
             f"not available: the {window_s:.1f} s window spans {cycles:.1f} of a user's turn-and-think cycles, fewer "
-            f"than {HELD_CYCLES}, so Little's law ({implied:.1f} for {users} users) reads low there (think times "
-            "longer than the window's rest end uncounted); raise load.window_s",
+            f"than {HELD_CYCLES}: a turn whose think time outlasts what is left of the window is sent after it "
+            f"closes, uncounted, so Little's law ({implied:.1f} for {users} users) reads low; raise load.window_s",
         )
     else:
         held = check(
@@ -298,11 +286,15 @@ def session_checks(figures: dict, window_s: float) -> list[dict]:
             f"requests in flight x (response + think) / response = {implied:.1f} for {users} users (warn beyond "
             f"{USERS_HELD:.0%} off: users whose turns stopped or never ended)",
         )
-    on_time = check(
-        "users_on_time",
-        "warn" if thinking_late(figures) else "pass",
-        taken / drawn,
-        f"users thought {taken:.2f} s on average before their turns, {drawn:.2f} s drawn (warn beyond "
-        f"{THINK_LATE:.0%} longer: the client was late to their turns, so it offered less load than its users)",
-    )
+    if taken is None or not drawn:
+        missing = "no think time was drawn (sessions.think_s: 0)" if drawn == 0 else "no think time was taken"
+        on_time = check("users_on_time", "not_available", None, f"not available: {missing}")
+    else:
+        on_time = check(
+            "users_on_time",
+            "warn" if thinking_late(figures) else "pass",
+            taken / drawn,
+            f"users thought {taken:.2f} s on average before their turns, {drawn:.2f} s drawn (warn beyond "
+            f"{THINK_LATE:.0%} longer: the client was late to their turns, so it offered less load than its users)",
+        )
     return [held, on_time]

@@ -78,7 +78,9 @@ def level_rows(levels: list[dict], slo_ms: dict) -> list[dict]:
     for level in levels:
         for number, repeat in enumerate(level["repeats"], start=1):
             where = {
-                "run": 1, "measurement": level_name(level), "request_rate": finite_rate(level["request_rate"]),
+                "run": 1, "measurement": level_name(level),
+                # A session ramp's rates are sessions a second, not requests: named only.
+                "request_rate": None if level["mode"] == "session_ramp" else finite_rate(level["request_rate"]),
                 "max_concurrency": None if level["mode"] in ("users", "session_ramp") else level["max_concurrency"],
                 "pass": number,
                 "pass_started_unix": repeat.get("started_unix"),

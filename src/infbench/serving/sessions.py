@@ -272,6 +272,12 @@ def users_not_held(figures: dict) -> bool:
     return implied is not None and abs(implied / figures["users"] - 1) > USERS_HELD
 
 
+def cycles_in(figures: dict, window_s: float) -> float:
+    """A user's cycles, a turn and its think time (R + Z), in a window of `window_s`; users_held
+    is judged from HELD_CYCLES."""
+    return window_s / (figures["mean_response_s"] + figures["mean_think_s"])
+
+
 def thinking_late(figures: dict) -> bool:
     """The users' think time as taken exceeds the one drawn by more than THINK_LATE: the client
     was late to their turns, so it offered less load than its users."""
