@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import gc
 import json
 from pathlib import Path
 
@@ -109,8 +110,11 @@ def test_trace_levels_one_a_scale_with_the_traces_rate():
 
 
 # What a send may lag its time by on an idle machine: the client's work for a request due at the
-# same moment before it (1-2 ms measured) and asyncio rounding its timer up to the millisecond.
-SEND_COST_S = 0.003
+# same moment before it (1-2 ms measured) and asyncio rounding its timer up to the millisecond;
+# once, after the fast group's 200 tests, a same-moment send was 6.2 ms late with the probe's
+# waits at 0.35 ms at most (the in-process cost the probe cannot see: the test now freezes the
+# heap earlier tests left, so no full garbage collection runs during the level, and allows 6 ms).
+SEND_COST_S = 0.006
 
 
 def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path):
@@ -121,16 +125,21 @@ def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path
     lateness exceeded the probe's worst two waits in a row by at most 1.2 ms)."""
     arrivals = (0.0, 0.4, 0.4, 1.2)
     requests = [LoadRequest(f"trace-{i}#0", "hello world", 2, 3) for i in range(len(arrivals))]
-    with (
-        ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server,
-        SchedulingJitter() as jitter,
-    ):
-        run = asyncio.run(
-            run_level(
-                server.base_url, "reference", requests, concurrency=None, arrivals=TraceArrivals(arrivals, 2.0),
-                seed=0, interval_s=1.0, timeout_s=30, scrape_metrics=False,
-            )
-        )  # fmt: skip
+    gc.collect()
+    gc.freeze()
+    try:
+        with (
+            ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server,
+            SchedulingJitter() as jitter,
+        ):
+            run = asyncio.run(
+                run_level(
+                    server.base_url, "reference", requests, concurrency=None, arrivals=TraceArrivals(arrivals, 2.0),
+                    seed=0, interval_s=1.0, timeout_s=30, scrape_metrics=False,
+                )
+            )  # fmt: skip
+    finally:
+        gc.unfreeze()
     assert run.scheduled == [0.0, 0.2, 0.2, 0.6]
     late = [s.sent_at - run.started - due for s, due in zip(run.results, run.scheduled)]
     assert all(0 <= lag < jitter.allowance(SEND_COST_S, wakes=2) for lag in late), (late, jitter)

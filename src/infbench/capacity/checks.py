@@ -85,26 +85,27 @@ def users_held(search: dict) -> dict:
     taken = [probe for probe in search["probes"] if probe["sessions"]["users_from_littles_law"] is not None]
     judged = [p for p in taken if cycles_in(p["sessions"], p["window"]["seconds"]) >= HELD_CYCLES]
     short = len(taken) - len(judged)
-    not_judged = f"{short} probe(s) whose windows span fewer than {HELD_CYCLES} of a user's cycles not judged"
+    not_judged = (
+        f"not judged: {short} of {len(taken)} probes, whose windows span fewer than {HELD_CYCLES} of a user's "
+        "cycles (R + Z) and read low; raise capacity.window_s to judge them"
+    )
     if not judged:
-        why = not_judged + " (they read low)" if taken else "no probe took a think time"
-        return check(name, "not_available", None, f"not available: {why}: docs/method.md#sessions")
+        why = not_judged if taken else "no probe took a think time"
+        return check(name, "not_available", None, f"not available: {why} (docs/method.md#sessions)")
     off = [
         f"{load_text('users', probe['load'])}: Little's law gives {probe['sessions']['users_from_littles_law']:.1f}"
         for probe in judged
         if users_not_held(probe["sessions"])
     ]
     found = (
-        "; ".join(off) + f" (more than {USERS_HELD:.0%} off"
+        "; ".join(off) + f", more than {USERS_HELD:.0%} off"
         if off
         else f"in every probe judged, requests in flight x (response + think) / response lies within "
-        f"{USERS_HELD:.0%} of the users ("
+        f"{USERS_HELD:.0%} of the users"
     )
+    notes = [not_judged] if short else []
     return check(
-        name,
-        "warn" if off else "pass",
-        len(off),
-        found + (f"; {not_judged}" if short else "") + ": docs/method.md#sessions)",
+        name, "warn" if off else "pass", len(off), f"{found} ({'; '.join([*notes, 'docs/method.md#sessions'])})"
     )
 
 

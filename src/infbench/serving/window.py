@@ -533,7 +533,7 @@ def turn_logs(run: WindowRun) -> dict[str, dict]:
 def whole_sessions_run(run: WindowRun) -> LevelRun:
     """A whole pass of sessions on a ramp (run_window's `whole_sessions`) as a serving level's
     pass: every turn counted, throughput over the whole pass, each session's start lag kept."""
-    if run.cancelled or not all(run.counted):  # a session's task failed, or the window opened late
+    if run.cancelled or not all(run.counted):  # a session's task failed mid-turn: a fault here, not the server
         raise RuntimeError(
             f"a whole pass of sessions left {len(run.cancelled)} turns unfinished and {run.counted.count(False)} "
             "uncounted"
