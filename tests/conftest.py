@@ -101,6 +101,14 @@ def tiny_config(model_dir: Path, **overrides) -> dict:
     return config
 
 
+def tiny_run_config(model_dir: Path) -> dict:
+    """The tiny run's configuration: the test configuration with users in chat sessions as serve
+    levels on vLLM (load.users, load.session_ramp), here only: they would cost every other
+    pipeline run of the tests about 15 s."""
+    sessions = {"users": [4], "session_ramp": {"start_rate": 2.0, "end_rate": 8.0, "sessions": 8}}
+    return tiny_config(model_dir, load=sessions)
+
+
 def snakemake(
     workdir: Path, *args: str, check: bool = True, timeout: float = 1800, env: dict | None = None
 ) -> subprocess.CompletedProcess:
@@ -164,7 +172,7 @@ def tiny_run(tmp_path_factory, tiny_model) -> Path:
     if os.environ.get("INFBENCH_TINY_RUN"):
         return Path(os.environ["INFBENCH_TINY_RUN"])
     workdir = copy_checkout(tmp_path_factory.mktemp("tiny-run"))
-    write_config(workdir, tiny_config(tiny_model))
+    write_config(workdir, tiny_run_config(tiny_model))
     snakemake(workdir, "--cores", "8")
     return workdir
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import yaml
-from conftest import PIPELINE_RULES, snakemake, tiny_config
+from conftest import PIPELINE_RULES, snakemake, tiny_run_config
 
 
 def jobs_of(dry_run_stdout: str) -> set[str]:
@@ -29,7 +29,7 @@ def test_reruns_redo_only_what_changed(run_copy, tiny_model, tmp_path):
     tiny_run = run_copy
     assert "Nothing to be done" in snakemake(tiny_run, "--cores", "8", "--dry-run").stdout
 
-    config = tiny_config(tiny_model)
+    config = tiny_run_config(tiny_model)
     changed_load = json.loads(json.dumps(config))
     changed_load["load"]["window_requests"] += 1
     (tmp_path / "load.yaml").write_text(yaml.safe_dump(changed_load))

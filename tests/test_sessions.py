@@ -168,8 +168,8 @@ def test_a_conversation_ends_where_its_next_turn_would_not_fit_max_model_len(tmp
 def test_a_drained_users_pass_waits_for_turns_in_flight_not_for_think_times(tmp_path):
     """The serve sweep drains its passes (every turn the server timed among the results); users
     then thinking stop at the pass's end instead of sleeping out their think times (30 users
-    thinking 3 s on average: the last of them would wake about 12 s later)."""
-    plan = SessionPlan(conversations(), ThinkTime(3.0, "exponential"), "model", 512)
+    thinking 1 s on average: the last of them would wake about 4 s later)."""
+    plan = SessionPlan(conversations(), ThinkTime(1.0, "exponential"), "model", 512)
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10)) as server:
         with SchedulingJitter() as jitter:
             run = asyncio.run(
@@ -508,9 +508,9 @@ def test_a_users_level_of_the_sweep_counts_turns_in_its_window_and_holds_littles
     from infbench.serving.request_table import level_rows
     from infbench.serving.sweep import run_sweep
 
-    plan = SessionPlan(conversations(), ThinkTime(0.2, "fixed"), "model", 512)
-    # 2 s windows: over 5 of a user's turn-and-think cycles (0.2 s + 0.08 s), so users_held is made.
-    load = {**LOAD, "request_rates": [], "users": [4], "window_s": 2.0, "warmup": True}
+    plan = SessionPlan(conversations(), ThinkTime(0.1, "fixed"), "model", 512)
+    # 1.2 s windows: over 5 of a user's turn-and-think cycles (0.1 s + 0.08 s), so users_held is made.
+    load = {**LOAD, "request_rates": [], "users": [4], "window_s": 1.2, "warmup": True}
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)) as server:
         closed, users = run_sweep(
             server=server, workload=rows(4), pool=rows(1000), load=load, seed=0, timeout_s=30, tokenizer=None,
