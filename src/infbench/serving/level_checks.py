@@ -150,6 +150,19 @@ def steady_window_check(run: LevelRun) -> dict:
     return check("steady_window", "pass", len(run.results), detail + ", the load held until the last of them finished")
 
 
+def send_lag_check(lags_s: list[float], what: str) -> dict:
+    """An open loop's schedule kept: its latest send (`what`: requests, or sessions' first turns)
+    at most SEND_LAG_WARN_S after its scheduled time."""
+    lag = max(lags_s)
+    return check(
+        "send_lag",
+        "pass" if lag <= SEND_LAG_WARN_S else "warn",
+        lag,
+        f"{what} up to {lag * MS:.0f} ms after their scheduled time (warn above {SEND_LAG_WARN_S * MS:.0f} ms: "
+        "the client kept another schedule than the one offered)",
+    )
+
+
 def validity_checks(
     run: LevelRun, tokenizer, prefix_caching: bool, client_cost: ClientCost | None = None, in_sessions: bool = False
 ) -> list[dict]:
@@ -190,16 +203,7 @@ def validity_checks(
         checks.append(saturation_check(run, rates))
     timing = open_loop_timing(run)
     if timing is not None:
-        lag = max(timing["send_lag_s"])
-        checks.append(
-            check(
-                "send_lag",
-                "pass" if lag <= SEND_LAG_WARN_S else "warn",
-                lag,
-                f"requests reached their send up to {lag * MS:.0f} ms after their scheduled time (warn above "
-                f"{SEND_LAG_WARN_S * MS:.0f} ms: the client kept another schedule than the one offered)",
-            )
-        )
+        checks.append(send_lag_check(timing["send_lag_s"], "requests reached their send"))
         median_queue = statistics.median(timing["client_queue_s"])
         median_e2el = statistics.median(s.result.e2el for s in done) if done else 0.0
         share = median_queue / median_e2el if median_e2el > 0 else 0.0
@@ -214,16 +218,7 @@ def validity_checks(
             )
         )
     if run.session_start_lags:  # sessions on a ramp: their first turns keep the schedule
-        lag = max(run.session_start_lags)
-        checks.append(
-            check(
-                "send_lag",
-                "pass" if lag <= SEND_LAG_WARN_S else "warn",
-                lag,
-                f"sessions started up to {lag * MS:.0f} ms after their scheduled time (warn above "
-                f"{SEND_LAG_WARN_S * MS:.0f} ms: the client kept another schedule than the one offered)",
-            )
-        )
+        checks.append(send_lag_check(run.session_start_lags, "sessions started"))
     if not run.metrics.available:
         return checks + [
             not_available(name, "vLLM's /metrics") for name in ("metrics_coverage", "prefix_cache_hit_rate")
