@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_checkout, snakemake, tiny_config, write_config
-from timing import SchedulingJitter
+from timing import SchedulingJitter, sends_meanwhile
 
 from infbench.core.artifacts import read_json, validate
 from infbench.serving.arrivals import TraceArrivals
@@ -109,27 +109,31 @@ def test_trace_levels_one_a_scale_with_the_traces_rate():
     assert configured_levels(load, "completions", False, (0.0,)) == []  # one arrival: nothing to replay
 
 
-# What a send may lag its time by on an idle machine: the client's work for a request due at the
-# same moment before it (1-2 ms measured) and asyncio rounding its timer up to the millisecond;
-# once, after the fast group's 200 tests, a same-moment send was 6.2 ms late with the probe's
-# waits at 0.35 ms at most (the in-process cost the probe cannot see: the test now freezes the
-# heap earlier tests left, so no full garbage collection runs during the level, and allows 6 ms).
+# One send's own cost in the client: asyncio rounding its timer up to the millisecond and the
+# client's work before the request leaves. Measured idle (15 runs on an AMD EPYC): a lone
+# request 0.6-1.6 ms late, the second of a pair 1.3-3.0 ms. After the fast group's 200 tests in
+# CI a send has taken 6.2 ms with the probe's waits at 0.35 ms at most (the in-process cost the
+# probe cannot see: the test freezes the heap earlier tests left, so no full garbage collection
+# runs during the level).
 SEND_COST_S = 0.006
 
 
 def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path):
     """Arrivals 0, 0.4, 0.4, 1.2 s replayed twice as fast on the reference server: each request
     leaves at half its arrival time (the schedule the client records, and when it sent), never
-    before it and late by no more than its own cost and the machine's waits, measured alongside:
-    its timer's and one turn for a CPU (in 16 runs, 8 of them with three busy loops on 2 cores,
-    lateness exceeded the probe's worst two waits in a row by at most 1.2 ms)."""
+    before it, and late by no more than the machine's waits measured alongside (its timer's, one
+    turn for a CPU) and the client's own cost of a send, once for itself and once for each
+    send the client made while it waited (the second of a pair waits for the first's send: one
+    event loop). A client that waited for one request's answer before the
+    next (a 60 ms reply here) fails it; a CI run failed the flat allowance of one send's cost on
+    the pair's second (10.4 ms late, the first 3.4 ms) while the probe saw waits of 2.8 ms."""
     arrivals = (0.0, 0.4, 0.4, 1.2)
     requests = [LoadRequest(f"trace-{i}#0", "hello world", 2, 3) for i in range(len(arrivals))]
     gc.collect()
     gc.freeze()
     try:
         with (
-            ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=5, itl_ms=5)) as server,
+            ReferenceServer("reference", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=20)) as server,
             SchedulingJitter() as jitter,
         ):
             run = asyncio.run(
@@ -141,8 +145,13 @@ def test_a_trace_level_sends_each_request_at_its_arrival_over_the_scale(tmp_path
     finally:
         gc.unfreeze()
     assert run.scheduled == [0.0, 0.2, 0.2, 0.6]
-    late = [s.sent_at - run.started - due for s, due in zip(run.results, run.scheduled)]
-    assert all(0 <= lag < jitter.allowance(SEND_COST_S, wakes=2) for lag in late), (late, jitter)
+    sends = [s.sent_at - run.started for s in run.results]
+    late = [sent - due for sent, due in zip(sends, run.scheduled)]
+    allowed = [
+        jitter.allowance(SEND_COST_S * (1 + sends_meanwhile(due, sent, sends)), wakes=2)
+        for sent, due in zip(sends, run.scheduled)
+    ]
+    assert all(0 <= lag < bound for lag, bound in zip(late, allowed)), (late, allowed, jitter)
     assert all(s.result.success for s in run.results)
 
 

@@ -114,3 +114,9 @@ class SchedulingJitter:
             f"{self.median_s * 1000:.2f} ms, p99 {self.quantile(0.99) * 1000:.2f} ms, max {self.max_s * 1000:.2f} ms; "
             f"slowness {self.slowness:.2f})"
         )
+
+
+def sends_meanwhile(due_s: float, sent_s: float, sends_s: list[float]) -> int:
+    """How many other sends the client made while a request waited for its own, from its time
+    (`due_s`) to its send (`sent_s`): each took the one event loop for a send's cost first."""
+    return sum(due_s <= other < sent_s for other in sends_s)
