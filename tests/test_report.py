@@ -114,11 +114,11 @@ def open_in_browser(page_path: Path, screenshot: Path) -> tuple[list, list]:
         broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length")
         if broken:
             errors.append(f"{broken} image(s) did not load")
-        clipped = page.evaluate(
-            "Array.from(document.querySelectorAll('img[data-clipped-text]'))"
-            ".map(i => i.alt + ': ' + i.dataset.clippedText)"
+        unreadable = page.evaluate(
+            "Array.from(document.querySelectorAll('img[data-unreadable-text]'))"
+            ".map(i => i.alt + ': ' + i.dataset.unreadableText)"
         )
-        errors += [f"text cut off at the edge of a figure: {item}" for item in clipped]
+        errors += [f"text of a figure that cannot be read: {item}" for item in unreadable]
         page.screenshot(path=str(screenshot), full_page=True)
         browser.close()
     return dialogs, errors
@@ -151,9 +151,46 @@ def test_figure_text_cut_off_is_detected():
         ax.plot([0, 1], [0, 1])
         ax.set_ylabel("a label much too long to fit the height of this small figure " * 3)
 
-    clipped = figure("too long", draw, pd.DataFrame(), size=(3, 2)).clipped_text
-    assert clipped and clipped[0].startswith("a label much too long")
-    assert figure("fits", lambda ax: ax.plot([0, 1], [0, 1]), pd.DataFrame()).clipped_text == []
+    unreadable = figure("too long", draw, pd.DataFrame(), size=(3, 2)).unreadable_text
+    assert unreadable and unreadable[0].startswith("a label much too long")
+    assert figure("fits", lambda ax: ax.plot([0, 1], [0, 1]), pd.DataFrame()).unreadable_text == []
+
+
+def test_level_names_that_run_into_each_other_are_fitted_and_any_left_are_reported():
+    """Section 5's level names along x (nine levels, as the tiny run's) ran into each other at
+    the figure's width: they are made smaller and wrapped (and upright where that is not enough),
+    and then read as readable; tick labels of a numeric axis that collide are reported."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    from infbench.report.figures import colliding_ticks
+
+    names = ["c=1", "c=4", "chat c=1", "2.0 req/s", "1.0→4.0 req/s", "trace ×1 (0.50 req/s)", "4 users",
+             "sessions 2→8/s", "chat 2.0 req/s, ≤4"]  # fmt: skip
+    levels = pd.DataFrame({"level": names, "ms": range(len(names))})
+
+    def draw(ax):
+        sns.barplot(data=levels, x="level", y="ms", ax=ax)
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
+    draw(ax)
+    fig.tight_layout()
+    assert "'2.0 req/s' runs into '1.0→4.0 req/s'" in colliding_ticks(fig)  # as drawn, unfitted
+    plt.close(fig)
+    assert figure("levels", draw, levels).unreadable_text == []
+    many = pd.DataFrame({"level": [f"c={2**i}" for i in range(8)] + names, "ms": range(8 + len(names))})
+    assert (
+        figure("many levels", lambda ax: sns.barplot(data=many, x="level", y="ms", ax=ax), many).unreadable_text == []
+    )
+
+    def numeric(ax):
+        ax.plot(range(10), range(10))
+        ax.set_xticks(range(10), [f"a long tick label {i}" for i in range(10)])
+
+    assert (
+        figure("numeric", numeric, levels).unreadable_text[0] == "'a long tick label 0' runs into 'a long tick label 1'"
+    )
 
 
 def test_several_models_side_by_side(tiny_run):
@@ -170,12 +207,12 @@ def render_page(context: dict) -> str:
     return render(context, TEMPLATE)
 
 
-def test_no_figure_of_the_report_cuts_off_its_text(tiny_run):
+def test_every_figure_of_the_report_can_be_read(tiny_run):
     context = build_context({"tiny": load_model_artifacts(model_artifact_paths(tiny_run))}, {}, [])
     figures = [f for m in context["models"] for part in m["sections"] for f in part["view"].get("figures", [])]
     figures.append(context["overview_figure"])
     assert len(figures) >= 8
-    assert {f.title: f.clipped_text for f in figures if f.clipped_text} == {}
+    assert {f.title: f.unreadable_text for f in figures if f.unreadable_text} == {}
 
 
 class VisibleText(HTMLParser):
@@ -484,7 +521,7 @@ def test_the_speed_figure_joins_the_points_no_other_beats_on_both_speeds():
     assert [(p["load"], p["output tok/s per user"]) for p in points][:2] == [("c=1", 25.0), ("c=8", 1000 / 60)]
     assert [p["load"] for p in pareto_front(points)] == ["c=1", "c=8", "c=16", "c=48"]
     shown = speed_figure({"m": artifacts, "n": artifacts})
-    assert len(shown.table) == 14 and shown.clipped_text == []
+    assert len(shown.table) == 14 and shown.unreadable_text == []
     assert speed_figure({"m": {}}) is None
 
 

@@ -122,7 +122,7 @@ def test_one_request_per_step_is_slower_and_the_gate_fails_on_it(serving_runs, t
         and "engine.max_num_seqs" in page
         and "gated figure(s) failed the gate" in page
     )
-    assert page.count("<figure>") == 1 and "data-clipped-text" not in page  # one ratio plot, every label inside it
+    assert page.count("<figure>") == 1 and "data-unreadable-text" not in page  # one ratio plot, every label inside it
     # The reverse comparison is faster, and gating it passes.
     reverse = runs_cli("compare", one_seq, same, "--json", "rev.json", "--html", "rev.html", *gated, cwd=tmp_path)
     assert reverse.returncode == 0, reverse.stderr

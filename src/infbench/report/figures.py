@@ -1,10 +1,13 @@
-"""Plots as embedded PNGs, each with the numbers behind it, and a check that no text of a
-plot falls outside its canvas (a label cut off by the figure's edge)."""
+"""Plots as embedded PNGs, each with the numbers behind it, and a check that every text of a
+plot can be read: none falls outside its canvas (a label cut off by the figure's edge) and no
+tick label runs into its neighbour. Category labels along x that would run into each other are
+wrapped, then turned, before the check."""
 
 from __future__ import annotations
 
 import base64
 import io
+import textwrap
 from dataclasses import dataclass, field
 
 import matplotlib
@@ -20,13 +23,14 @@ from infbench.report.tables import html_table  # noqa: E402
 
 @dataclass
 class Figure:
-    """A plot, the numbers behind it, and any text of the plot that its canvas cuts off."""
+    """A plot, the numbers behind it, and any text of the plot a reader could not read: cut off
+    by its canvas, or a tick label running into its neighbour."""
 
     title: str
     png_data_uri: str
     table: pd.DataFrame
     caption: str = ""
-    clipped_text: list[str] = field(default_factory=list)
+    unreadable_text: list[str] = field(default_factory=list)
 
     def table_html(self) -> str:
         return html_table(self.table)
@@ -73,15 +77,49 @@ def clipped_text(fig) -> list[str]:
     return clipped
 
 
+def colliding_ticks(fig) -> list[str]:
+    """Each pair of neighbouring tick labels on one axis that overlap by more than a pixel:
+    labels a reader would see run into each other."""
+    renderer = fig.canvas.get_renderer()
+    drawn = set(drawn_texts(fig))
+    colliding = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = sorted(
+                (tick.label1 for tick in axis.get_major_ticks() if tick.label1 in drawn), key=lambda t: t.get_position()
+            )
+            extents = [label.get_window_extent(renderer).expanded(1, 1) for label in labels]
+            for (left, a), (right, b) in zip(zip(labels, extents), zip(labels[1:], extents[1:])):
+                overlap_x = min(a.x1, b.x1) - max(a.x0, b.x0)
+                overlap_y = min(a.y1, b.y1) - max(a.y0, b.y0)
+                if overlap_x > 2 and overlap_y > 2:
+                    colliding.append(f"{left.get_text()!r} runs into {right.get_text()!r}")
+    return colliding
+
+
+def fit_category_labels(fig, ax, width: int = 10) -> None:
+    """Category labels along x (levels, variants) that run into each other: smaller and wrapped
+    at `width` characters, then upright if they still do."""
+    if not ax.xaxis.units or not colliding_ticks(fig):  # a numeric axis picks its own ticks
+        return
+    labels = [label.get_text() for label in ax.get_xticklabels()]
+    ax.set_xticks(ax.get_xticks(), [textwrap.fill(label, width) for label in labels], fontsize=8)
+    fig.tight_layout()
+    if colliding_ticks(fig):
+        ax.set_xticks(ax.get_xticks(), labels, rotation=90, fontsize=8)
+
+
 def figure(title: str, draw, table: pd.DataFrame, caption: str = "", size=(7.5, 3.6)) -> Figure:
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=size, dpi=110)
     draw(ax)
     fig.tight_layout()
+    fit_category_labels(fig, ax)
+    fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    clipped = clipped_text(fig)
+    unreadable = clipped_text(fig) + colliding_ticks(fig)
     plt.close(fig)
     return Figure(
-        title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), table, caption, clipped
+        title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), table, caption, unreadable
     )
