@@ -575,6 +575,7 @@ def test_sessions_on_a_ramp_start_on_its_schedule_and_every_turn_of_every_conver
         )  # fmt: skip
     assert (level["mode"], level["api"], level["max_concurrency"]) == ("session_ramp", "chat", None)
     assert (level["request_rate"], level["ramp_end_rate"]) == (4.0, 16.0) and "sessions" not in level
+    assert "max_send_lag_ms" not in level  # no client queue figures over first turns alone
     assert (level_name(level), level_label(level)) == ("sessions 4-16/s", "sessions 4→16/s")
     for number, repeat in enumerate(level["repeats"]):
         assert repeat["window"] is None and repeat["uncounted_requests"] == []  # a whole pass
@@ -597,6 +598,9 @@ def test_sessions_on_a_ramp_start_on_its_schedule_and_every_turn_of_every_conver
             for offset, lag in zip(offsets, late)
         ]
         assert all(0 <= lag < bound for lag, bound in zip(late, allowed)), (late, allowed, jitter)
+        # A session's first turn carries its place in the schedule (the exported table's too), later turns none.
+        assert [by_session[user][0]["scheduled_s"] for user in range(12)] == offsets
+        assert all("scheduled_s" not in turn for held in by_session.values() for turn in held[1:])
         checks = {c["name"]: c for c in repeat["checks"]}
         assert checks["send_lag"]["value"] >= 0 and "sessions started up to" in checks["send_lag"]["detail"]
         assert checks["failed_requests"]["status"] == checks["short_outputs"]["status"] == "pass"
@@ -607,6 +611,7 @@ def test_sessions_on_a_ramp_start_on_its_schedule_and_every_turn_of_every_conver
         ("sessions 4-16/s", None, None)
     }
     assert len(table) == 72 and all(r["counted"] for r in table)
+    assert sorted(r["turn"] for r in table if r["scheduled_s"] is not None) == [1] * 24
     view = users_levels_view({"levels": [level], "sessions": SESSIONS_SETTINGS, "settings": load})
     assert view["session_ramp"] == "sessions 4→16/s" and view["ramp_sessions"] == 12 and view["table"].empty
     assert whole_pass_text([level]) == "session ramp levels"

@@ -125,14 +125,18 @@ async def converse(client, model: str, plan: SessionPlan, state, logs: dict, use
             f"{conversation.id}/turn-{place}#{draw}", "", context + turn.user_tokens + 2 * MESSAGE_SLACK,
             turn.max_tokens, [*history, message],
         )  # fmt: skip
-        index = state.on_send(request) if state.sending() else None
+        timed = scheduled_s if place == start + 1 else None  # a session's first turn keeps its schedule
+        index = state.on_send(request, timed) if state.sending() else None
         if index is None:
             return None
-        if scheduled_s is not None and place == start + 1:
-            state.send_lag[index] = time.perf_counter() - (state.started + scheduled_s)
+        if timed is not None:
+            ready = time.perf_counter()
+            state.send_lag[index] = ready - (state.started + timed)
         logs[index] = log = TurnLog(user, conversation.id, place, think)
         streamed = await stream_request(client, model, request, "chat")
         log.ended_at = time.perf_counter()
+        if timed is not None:
+            streamed.ready_at, streamed.scheduled_s = ready, timed
         state.on_finish(index, streamed)
         think = plan.think.draw(rng)
         result = streamed.result

@@ -271,8 +271,9 @@ def queue_figures(records: list[dict]) -> dict:
     """Open loop: the client queue time and the E2E latency counted from the schedule's send
     (e2el + client queue) over the successful requests, as vLLM reports them
     (client_queue_time, e2el_including_client_queue), and the worst send lag; {} for a closed
-    loop. Of one pass's records, or of every repeat's together."""
-    timed = [r for r in records if "client_queue_s" in r]
+    loop and for sessions (only a session's first turn is scheduled; its start lag is the
+    level's send_lag check). Of one pass's records, or of every repeat's together."""
+    timed = [r for r in records if "client_queue_s" in r and "turn" not in r]
     if not timed:
         return {}
     done = [r for r in timed if r["success"]]
