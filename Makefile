@@ -1,5 +1,5 @@
 # Entry points: `make report` (run the pipeline to results/report.html), `make test` (every
-# test), `make test-fast` (pure-Python tests, seconds) and `make lint`. Each creates the
+# test), `make test-fast` (pure-Python tests, under a minute) and `make lint`. Each creates the
 # virtual environment on first use and reuses it while envs/cpu.lock.txt is unchanged.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -56,7 +56,8 @@ test-cluster: setup
 
 # Three pytest workers (pytest-xdist) on two cores: most of the fast tests' time is waiting on
 # reference servers' schedules (on D: 64 s with two, 53-55 s with three, 53 s with four).
-# `make test` runs them in one process, as CI does.
+# `make test` runs them in one process, as CI does: the timing tests' planted faults were seen
+# failing there (with more workers than cores the probe sees the contention and allows for it).
 test-fast: setup
 	python -m pytest -m "not slow" -n 3
 

@@ -116,7 +116,8 @@ class SchedulingJitter:
         )
 
 
-def sends_meanwhile(due_s: float, sent_s: float, sends_s: list[float]) -> int:
-    """How many other sends the client made while a request waited for its own, from its time
-    (`due_s`) to its send (`sent_s`): each took the one event loop for a send's cost first."""
-    return sum(due_s <= other < sent_s for other in sends_s)
+def waited_from(due_s: float, sent_s: float, sends_s: list[float]) -> float:
+    """When a request due at `due_s` and sent at `sent_s` last had the client's one event loop
+    to itself to wait for: its time, or the last other send the client began while it waited
+    (each such send's cost came first). Its send should follow within one send's cost."""
+    return max([due_s] + [other for other in sends_s if due_s <= other < sent_s])
