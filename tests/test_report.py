@@ -158,31 +158,43 @@ def test_figure_text_cut_off_is_detected():
 
 def test_level_names_that_run_into_each_other_are_fitted_and_any_left_are_reported():
     """Section 5's level names along x (nine levels, as the tiny run's) ran into each other at
-    the figure's width: they are made smaller and wrapped (and upright where that is not enough),
-    and then read as readable; tick labels of a numeric axis that collide are reported."""
+    the figure's width: they are made smaller and wrapped, sixteen are turned upright, and then
+    read as readable; crowded labels elsewhere (a numeric axis, a twin's right side) are
+    reported and leave the category labels as they are."""
     import matplotlib.pyplot as plt
     import pandas as pd
     import seaborn as sns
 
-    from infbench.report.figures import colliding_ticks
+    from infbench.report.figures import colliding_ticks, fit_category_labels
 
     names = ["c=1", "c=4", "chat c=1", "2.0 req/s", "1.0→4.0 req/s", "trace ×1 (0.50 req/s)", "4 users",
              "sessions 2→8/s", "chat 2.0 req/s, ≤4"]  # fmt: skip
+    many = [f"c={2**i}" for i in range(8)] + names
+
+    def fitted(labels: list[str], crowd_twin: bool = False) -> tuple[list[str], list[str], set[float]]:
+        """What the check reads before and after fitting, and the x labels' turns."""
+        fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
+        sns.barplot(x=labels, y=range(len(labels)), ax=ax)
+        if crowd_twin:
+            twin = ax.twinx()
+            twin.set_yticks(range(40), [f"tick {i}" for i in range(40)])
+        fig.tight_layout()
+        before = colliding_ticks(fig)
+        fit_category_labels(fig, ax)
+        fig.tight_layout()
+        after = colliding_ticks(fig)
+        turns = {label.get_rotation() for label in ax.get_xticklabels()}
+        plt.close(fig)
+        return before, after, turns
+
+    before, after, turns = fitted(names)
+    assert "'2.0 req/s' runs into '1.0→4.0 req/s'" in before and after == [] and turns == {0.0}  # wrapped
+    before, after, turns = fitted(many)
+    assert before and after == [] and turns == {90.0}  # upright
+    before, after, turns = fitted(["a", "b", "c"], crowd_twin=True)
+    assert "'tick 0' runs into 'tick 1'" in before and after == before and turns == {0.0}
     levels = pd.DataFrame({"level": names, "ms": range(len(names))})
-
-    def draw(ax):
-        sns.barplot(data=levels, x="level", y="ms", ax=ax)
-
-    fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
-    draw(ax)
-    fig.tight_layout()
-    assert "'2.0 req/s' runs into '1.0→4.0 req/s'" in colliding_ticks(fig)  # as drawn, unfitted
-    plt.close(fig)
-    assert figure("levels", draw, levels).unreadable_text == []
-    many = pd.DataFrame({"level": [f"c={2**i}" for i in range(8)] + names, "ms": range(8 + len(names))})
-    assert (
-        figure("many levels", lambda ax: sns.barplot(data=many, x="level", y="ms", ax=ax), many).unreadable_text == []
-    )
+    assert figure("levels", lambda ax: sns.barplot(data=levels, x="level", y="ms", ax=ax), levels).unreadable_text == []
 
     def numeric(ax):
         ax.plot(range(10), range(10))

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.category import UnitData  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from infbench.report.tables import html_table  # noqa: E402
@@ -77,22 +78,23 @@ def clipped_text(fig) -> list[str]:
     return clipped
 
 
-def colliding_ticks(fig) -> list[str]:
-    """Each pair of neighbouring tick labels on one axis that overlap by more than a pixel:
-    labels a reader would see run into each other."""
+def colliding_ticks(fig, axes=None) -> list[str]:
+    """Each pair of neighbouring tick labels on one side of an axis (major and minor, of
+    `axes`, default every axis of the figure) that overlap by more than 2 pixels both ways:
+    labels a reader would see run into each other. A label turned other than by a right angle
+    is left out: its box is not its outline."""
     renderer = fig.canvas.get_renderer()
     drawn = set(drawn_texts(fig))
     colliding = []
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            labels = sorted(
-                (tick.label1 for tick in axis.get_major_ticks() if tick.label1 in drawn), key=lambda t: t.get_position()
-            )
-            extents = [label.get_window_extent(renderer).expanded(1, 1) for label in labels]
+    for axis in axes or [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)]:
+        ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+        for side in ("label1", "label2"):
+            shown = [getattr(tick, side) for tick in ticks]
+            shown = [label for label in shown if label in drawn and label.get_rotation() % 90 == 0]
+            labels = sorted(shown, key=lambda label: label.get_position())
+            extents = [label.get_window_extent(renderer) for label in labels]
             for (left, a), (right, b) in zip(zip(labels, extents), zip(labels[1:], extents[1:])):
-                overlap_x = min(a.x1, b.x1) - max(a.x0, b.x0)
-                overlap_y = min(a.y1, b.y1) - max(a.y0, b.y0)
-                if overlap_x > 2 and overlap_y > 2:
+                if min(a.x1, b.x1) - max(a.x0, b.x0) > 2 and min(a.y1, b.y1) - max(a.y0, b.y0) > 2:
                     colliding.append(f"{left.get_text()!r} runs into {right.get_text()!r}")
     return colliding
 
@@ -100,12 +102,13 @@ def colliding_ticks(fig) -> list[str]:
 def fit_category_labels(fig, ax, width: int = 10) -> None:
     """Category labels along x (levels, variants) that run into each other: smaller and wrapped
     at `width` characters, then upright if they still do."""
-    if not ax.xaxis.units or not colliding_ticks(fig):  # a numeric axis picks its own ticks
+    if not isinstance(ax.xaxis.units, UnitData) or not colliding_ticks(fig, [ax.xaxis]):  # numeric: its own ticks
         return
     labels = [label.get_text() for label in ax.get_xticklabels()]
-    ax.set_xticks(ax.get_xticks(), [textwrap.fill(label, width) for label in labels], fontsize=8)
+    wrapped = [textwrap.fill(label, width, break_long_words=False) for label in labels]
+    ax.set_xticks(ax.get_xticks(), wrapped, fontsize=8)
     fig.tight_layout()
-    if colliding_ticks(fig):
+    if colliding_ticks(fig, [ax.xaxis]):
         ax.set_xticks(ax.get_xticks(), labels, rotation=90, fontsize=8)
 
 

@@ -516,7 +516,8 @@ def level_run(measured: MeasuredPass) -> LevelRun:
         duration_s=run.window_s,
         metrics=run.metrics,
         client_cpu_s=run.client_cpu_s * run.window_s / run.ended_s if run.ended_s else 0.0,
-        scheduled=[s.scheduled_s for s in counted] if run.counted_send_lags_s is not None else [],
+        # Sessions keep their starts' lags, not a request schedule: only a session's first turn has a time.
+        scheduled=[s.scheduled_s for s in counted] if run.counted_send_lags_s is not None and run.turns is None else [],
         started=run.started,
         window=PassWindow(
             run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
