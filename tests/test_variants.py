@@ -214,8 +214,9 @@ def test_an_interpreter_without_vllm_or_that_hangs_is_named_with_its_variant_and
     assert vllm_version(Variant("default")) == vllm_version(Variant("here", python=sys.executable))
 
 
-def variants_script_stage(tmp_path):
-    """scripts/variants.py as a module, and a StageRun of two variants (base; fewer, max_num_seqs 4)."""
+def variants_script_stage(tmp_path, capacity: dict | None = None):
+    """scripts/variants.py as a module, and a StageRun of two variants (base; fewer, max_num_seqs 4);
+    with `capacity` (capacity's settings) each one's SLO capacity searched too."""
     import importlib.util
 
     from infbench.core.stage import StageRun
@@ -229,14 +230,23 @@ def variants_script_stage(tmp_path):
     workload = tmp_path / "workload.jsonl"
     workload.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     settings = {"list": [{"name": "base"}, {"name": "fewer", "engine": {"max_num_seqs": 4}}], "concurrency": [2],
-                "requests": 4, "rounds": 2, "threshold": 0.1}  # fmt: skip
+                "requests": 4, "rounds": 2, "threshold": 0.1, "capacity": bool(capacity)}  # fmt: skip
+    searches = {}
+    if capacity:
+        pool = tmp_path / "pool.jsonl"
+        pool.write_text(
+            "".join(json.dumps({**row, "id": f"p{i}", "max_tokens": 4}) + "\n" for i, row in enumerate(ROWS * 10))
+        )
+        load = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 1000, "tpot": 45}}
+        searches = {"capacity": capacity, "load": load, "pool": pool}
+    slo_ms = searches["load"]["slo_ms"] if capacity else {"tpot": 100}
     stage = StageRun.of(
-        input={"model": model, "workload": workload},
+        input={"model": model, "workload": workload, **({"pool": searches.pop("pool")} if capacity else {})},
         output={"variants": tmp_path / "variants.json"},
         log={"rule": tmp_path / "variants.log"},
         params={"dtype": "float32", "engine": {"max_model_len": 256}, "seed": 0, "device": "cpu", "threads": 2,
                 "server": {"startup_timeout_s": 30, "request_timeout_s": 5}, "variants": settings,
-                "slo_ms": {"tpot": 100}, "provenance_config": {}},
+                "slo_ms": slo_ms, "provenance_config": {}, **searches},
     )  # fmt: skip
     return script, stage
 
@@ -448,3 +458,64 @@ def test_an_endpoint_run_elsewhere_is_a_variant_measured_in_its_turns(tmp_path, 
     config["models"].append({**config["models"][0], "name": "another"})
     with pytest.raises(ConfigError, match="'b' is an endpoint, which serves one model, but models lists 2"):
         validate_config(config, REPO / "workflow/schemas/config.schema.yaml", REPO)
+
+
+@pytest.mark.slow  # two reference servers, two concurrency searches of about five probes each
+def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_and_gated(tmp_path, monkeypatch, capsys):
+    """Each decode step takes 10 ms per running request on the baseline (TPOT 10c ms: the 45 ms
+    SLO met up to c = 4, missed from 5, as test_capacity's) and 5 ms on the candidate (met up to
+    8, 45 ms at 9, missed from 10). Through the stage's script: the searches take turns probe by
+    probe, the order rotated each turn (a b, b a, ...); the candidate's
+    capacity is higher by the intervals, and the gate on it fails once the two are swapped."""
+    from infbench.core.artifacts import read_json
+    from infbench.serving import variants
+
+    capacity = {
+        "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 2,
+        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1,
+        "max_search_s": 300, "decision": "wilson",
+    }  # fmt: skip
+    script, stage = variants_script_stage(tmp_path, capacity)
+    per_running = {"base": 10, "fewer": 5}
+
+    def start(server_spec, log_path):
+        name = "fewer" if server_spec.engine.get("max_num_seqs") == 4 else "base"
+        schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=per_running[name], max_num_seqs=64)
+        return ReferenceServer("m", log_path, schedule)
+
+    monkeypatch.setattr(variants, "start_server", start)
+    monkeypatch.setattr(script, "server_max_num_seqs", lambda engine: {"value": engine.get("max_num_seqs", 64)})
+    script.main(stage)
+    record = read_json(stage.output[0])  # written against the variants schema
+    searches = record["capacity"]["searches"]
+    base, fast = searches["base"], searches["fewer"]
+    assert (base["capacity"], base["first_failing"]) == (4, 5), base["probes"]
+    assert fast["capacity"] in (8, 9) and fast["first_failing"] == fast["capacity"] + 1, fast["probes"]
+    # In turns: while both searched, each turn's order the last one's reversed.
+    out = capsys.readouterr().out
+    probed = [line.split(":")[0].split()[1] for line in out.splitlines() if ": probe c=" in line]
+    both = 2 * min(len(base["probes"]), len(fast["probes"]))
+    assert probed[:both] == (["base", "fewer", "fewer", "base"] * both)[:both], probed
+    assert len(probed) == len(base["probes"]) + len(fast["probes"])
+    assert base["search_s"] == fast["search_s"] <= 2 * capacity["max_search_s"]
+    assert base["probes"][0]["load"] == fast["probes"][0]["load"] == 2
+    (row,) = record["comparisons"][0]["capacities"]
+    assert row["key"] == "m/variants/concurrency/capacity" and row["verdict"] == "higher", row
+    assert row["baseline"]["value"] < row["candidate"]["value"]
+    assert gate_record(record, ["*/variants/concurrency/capacity"])["regressions"] == []
+    rounds = record["rounds"]
+    swapped = comparisons(rounds, "m", "base", 0.1, {"base": fast, "fewer": base}, record["capacity"]["slo_ms"])
+    assert swapped[0]["capacities"][0]["verdict"] == "lower"
+    regressions = gate_record({**record, "comparisons": swapped}, ["*/variants/concurrency/capacity"])["regressions"]
+    assert len(regressions) == 1 and "m/variants/concurrency/capacity" in regressions[0]
+    # The report's table: each variant's capacity, its search and limit, its verdict.
+    from infbench.report.render import environment
+    from infbench.report.variants import view
+
+    shown = view(record)
+    table = shown["capacity_table"].set_index("variant")
+    assert table.loc["base", "highest passing probe"] == 4 and table.loc["fewer", "verdict"] == "higher"
+    assert table.loc["base", "verdict"] == "baseline" and table.loc["base", "binding limit"] == "compute"
+    html = environment(REPO / "report").get_template("sections/variants.html.j2").render(v=shown)
+    assert "SLO capacity per variant" in html and "TPOT 45 ms" in html
+    assert view({**record, "capacity": None})["capacity_table"] is None

@@ -209,6 +209,8 @@ rule variants:
     input:
         model=rules.model.output[0],
         workload=rules.workload.output.requests,
+        # The capacity searches' distinct requests, where variants.capacity asks for them.
+        pool=rules.workload.output.pool if config["variants"]["capacity"] else [],
         code=script_code("variants"),
     params:
         device=config["hardware"]["device"],
@@ -218,8 +220,23 @@ rule variants:
         server=config["server"],
         variants=config["variants"],
         slo_ms=config["load"]["slo_ms"],
+        # The searches' settings, only where variants.capacity asks for them (as rule capacity's).
+        load=(
+            {key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")}
+            if config["variants"]["capacity"]
+            else None
+        ),
+        capacity=config["capacity"] if config["variants"]["capacity"] else None,
         seed=config["seed"],
-        provenance_config=lambda wildcards: stage_config(wildcards, "hardware", "engine", "server", "variants", "seed"),
+        provenance_config=lambda wildcards: stage_config(
+            wildcards,
+            "hardware",
+            "engine",
+            "server",
+            "variants",
+            *(["capacity"] if config["variants"]["capacity"] else []),
+            "seed",
+        ),
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,

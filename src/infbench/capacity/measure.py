@@ -54,6 +54,99 @@ def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) ->
     )
 
 
+class ServerSearches:
+    """A running server's capacity searches: its prober (within capacity.max_search_s a search,
+    or `budget`), its KV prediction, and each search's steps (capacity.search.search_steps) and
+    record."""
+
+    def __init__(
+        self,
+        server,
+        workload: list[dict],
+        pool: list[dict],
+        settings: dict,
+        load_settings: dict,
+        kv: dict | None,
+        *,
+        max_model_len: int,
+        max_num_seqs: int | None,
+        seed: int,
+        timeout_s: float,
+        sessions: SessionPlan | None = None,
+        budget: TimeBudget | None = None,
+        progress=print,
+    ):
+        self.settings, self.kv, self.max_num_seqs, self.seed = settings, kv, max_num_seqs, seed
+        # Its own capacity.max_search_s a search, unless given one shared with other servers' searches.
+        self.budget = budget or TimeBudget(settings["max_search_s"])
+        self.prober = Prober(
+            server, workload, pool, settings, load_settings, seed=seed, timeout_s=timeout_s, budget=self.budget,
+            sessions=sessions, progress=progress,
+        )  # fmt: skip
+        # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
+        # The prediction in the order the search draws its rows; the KV classification and the
+        # KV-limit bounds over the whole pool.
+        self.predicted = (
+            predicted_kv_concurrency([load_request(r, 0) for r in self.prober.supply.rows], kv, max_model_len)
+            if kv
+            else None
+        )
+        self.pool_requests = [load_request(r, 0) for r in pool]
+        # The KV usage at which the largest request (a users search: the largest turn) no longer fits.
+        self.full_usage = dict.fromkeys(("concurrency", "request_rate"), kv_full_usage(self.pool_requests, kv))
+        if sessions is not None:
+            self.full_usage["users"] = self.full_usage["session_rate"] = kv_full_usage(session_turns(sessions), kv)
+
+    def steps(self, mode: str, *, start: float, floor: float, ceiling: float, kv_limit: int | None = None) -> dict:
+        """search_steps' settings for one search of `mode`."""
+        return {
+            "start": start, "floor": floor, "ceiling": ceiling, "integer": mode in COUNTED,
+            "tolerance": self.settings["tolerance"], "max_probes": self.settings["max_probes"], "kv_limit": kv_limit,
+            "out_of_time": self.budget.out,
+        }  # fmt: skip
+
+    def concurrency_steps(self) -> dict:
+        """The concurrency search's: from capacity.start_concurrency, a predicted KV limit below it first."""
+        return self.steps(
+            "concurrency",
+            start=self.settings["start_concurrency"],
+            floor=1,
+            ceiling=self.settings["max_concurrency"],
+            kv_limit=self.predicted["value"] if self.predicted else None,
+        )
+
+    def record(self, mode: str, result, seconds: float) -> dict:
+        """A finished search's record: its probes and outcome, the limit that bound it, its estimate."""
+        by_load = {p.load: p.record for p in result.probes}
+        # The limit is read where the SLO broke (the first failing probe), else at the highest probe.
+        where = result.first_failing if result.first_failing is not None else max(by_load)
+        record = result.to_json()
+        record["search_s"] = seconds
+        record["max_search_s"] = self.settings["max_search_s"]
+        if by_load[where]["client_limited"]:
+            binding = {"limit": "client", "evidence": client_evidence(by_load[where])}
+        else:
+            binding = binding_limit(by_load[where], kv_full_usage=self.full_usage[mode], max_num_seqs=self.max_num_seqs)
+        record["binding"] = {"at": where, **binding}
+        predicted = self.predicted
+        record["kv_limit"] = (
+            kv_limit_agreement(
+                by_load[where]["peak_num_requests_running"], self.pool_requests, self.kv, predicted["value"]
+            )  # fmt: skip
+            if mode == "concurrency" and predicted and binding["limit"] == "kv_memory"
+            else None
+        )
+        record["at_capacity"] = by_load.get(result.capacity)
+        record["estimate"] = fitted_capacity(result.probes, self.settings["attainment"], mode, self.seed)
+        return record
+
+    def search(self, mode: str, steps: dict, window: Window | None = None) -> dict:
+        """One search of `mode` within its own capacity.max_search_s: its record."""
+        started = self.budget.start()
+        result = search(lambda load: self.prober.probe(mode, load, window), **steps)
+        return self.record(mode, result, time.perf_counter() - started)
+
+
 def search_capacity(
     server,
     workload: list[dict],
@@ -75,73 +168,15 @@ def search_capacity(
     request rate served at the concurrency capacity, up to the highest completion rate), then
     with `sessions` the users search (seeded by Little's law from the concurrency capacity),
     each with its capacity estimate and interval and the limit that binds it."""
-    budget = TimeBudget(settings["max_search_s"])
-    prober = Prober(
-        server, workload, pool, settings, load_settings, seed=seed, timeout_s=timeout_s, budget=budget,
-        sessions=sessions, progress=progress,
+    searches = ServerSearches(
+        server, workload, pool, settings, load_settings, kv, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+        seed=seed, timeout_s=timeout_s, sessions=sessions, progress=progress,
     )  # fmt: skip
-    # An endpoint without /metrics (kv None) has no pool to predict from: the search starts unseeded.
-    # The prediction in the order the search draws its rows; the KV classification and the
-    # KV-limit bounds over the whole pool.
-    predicted = (
-        predicted_kv_concurrency([load_request(r, 0) for r in prober.supply.rows], kv, max_model_len) if kv else None
-    )
-    pool_requests = [load_request(r, 0) for r in pool]
-    # The KV usage at which the largest request (a users search: the largest turn) no longer fits.
-    full_usage = dict.fromkeys(("concurrency", "request_rate"), kv_full_usage(pool_requests, kv))
-    if sessions is not None:
-        full_usage["users"] = full_usage["session_rate"] = kv_full_usage(session_turns(sessions), kv)
-
-    def search_record(mode: str, result, seconds: float) -> dict:
-        by_load = {p.load: p.record for p in result.probes}
-        # The limit is read where the SLO broke (the first failing probe), else at the highest probe.
-        where = result.first_failing if result.first_failing is not None else max(by_load)
-        record = result.to_json()
-        record["search_s"] = seconds
-        record["max_search_s"] = settings["max_search_s"]
-        if by_load[where]["client_limited"]:
-            binding = {"limit": "client", "evidence": client_evidence(by_load[where])}
-        else:
-            binding = binding_limit(by_load[where], kv_full_usage=full_usage[mode], max_num_seqs=max_num_seqs)
-        record["binding"] = {"at": where, **binding}
-        record["kv_limit"] = (
-            kv_limit_agreement(by_load[where]["peak_num_requests_running"], pool_requests, kv, predicted["value"])
-            if mode == "concurrency" and predicted and binding["limit"] == "kv_memory"
-            else None
-        )
-        record["at_capacity"] = by_load.get(result.capacity)
-        record["estimate"] = fitted_capacity(result.probes, settings["attainment"], mode, seed)
-        return record
-
+    prober, predicted = searches.prober, searches.predicted
     found = {"decision_rule": Rule.of(settings).to_json(), "predicted_kv_concurrency": predicted}
-
-    def searched(mode: str, *, start: float, floor: float, ceiling: float, window: Window | None = None,
-                 kv_limit: int | None = None) -> dict:  # fmt: skip
-        """One search of `mode` within its own capacity.max_search_s, its record in `found`."""
-        started = budget.start()
-        result = search(
-            lambda load: prober.probe(mode, load, window),
-            start=start,
-            floor=floor,
-            ceiling=ceiling,
-            integer=mode in COUNTED,
-            tolerance=settings["tolerance"],
-            max_probes=settings["max_probes"],
-            kv_limit=kv_limit,
-            out_of_time=budget.out,
-        )
-        found[mode] = search_record(mode, result, time.perf_counter() - started)
-        return found[mode]
-
     if predicted:
         progress(f"concurrency search: predicted KV-limited concurrency {predicted['value']}")
-    concurrency = searched(
-        "concurrency",
-        start=settings["start_concurrency"],
-        floor=1,
-        ceiling=settings["max_concurrency"],
-        kv_limit=predicted["value"] if predicted else None,
-    )
+    concurrency = found["concurrency"] = searches.search("concurrency", searches.concurrency_steps())
     if settings["rate"]:
         served = concurrency["at_capacity"]
         window = rate_window(settings, concurrency)
@@ -150,8 +185,8 @@ def search_capacity(
         # ceiling: the most any closed-loop probe completed (past it an open loop's queue grows).
         start = max(served["request_throughput"]["mean"] if served else 0.0, settings["min_rate"])
         highest = max((p["request_throughput"]["mean"] for p in concurrency["probes"]), default=0.0)
-        rate = searched("request_rate", start=start, floor=settings["min_rate"], ceiling=max(start, highest),
-                        window=window)  # fmt: skip
+        steps = searches.steps("request_rate", start=start, floor=settings["min_rate"], ceiling=max(start, highest))
+        rate = found["request_rate"] = searches.search("request_rate", steps, window)
         # With a trace, a rate is the trace's own rate times a scale: the capacity as that scale.
         rate["trace_rate"] = prober.trace.rate if prober.trace is not None else None
     if sessions is not None:
@@ -159,7 +194,9 @@ def search_capacity(
         progress(
             f"users search: {predicted_users['value']} users predicted from the concurrency capacity by Little's law"
         )
-        users = searched("users", start=predicted_users["value"], floor=1, ceiling=max_users)
+        users = found["users"] = searches.search(
+            "users", searches.steps("users", start=predicted_users["value"], floor=1, ceiling=max_users)
+        )
         users["predicted_from_concurrency"] = predicted_users
         users["predicted_kv"] = users_kv_limit(sessions, kv, max_model_len, users) if kv else None
         if session_rate:
@@ -169,9 +206,9 @@ def search_capacity(
                 f"session rate search: {plan['start']:.2f} new sessions/s predicted from the users capacity by "
                 f"Little's law; each pass's ramp {plan['ramp_s']:.1f} s"
             )
-            sessions_rate = searched(
-                "session_rate", start=plan["start"], floor=settings["min_rate"], ceiling=plan["ceiling"]
-            )
+            steps = searches.steps("session_rate", start=plan["start"], floor=settings["min_rate"],
+                                   ceiling=plan["ceiling"])  # fmt: skip
+            sessions_rate = found["session_rate"] = searches.search("session_rate", steps)
             sessions_rate["predicted_from_users"] = plan
     found["requests"] = prober.requests  # every probe's requests (request_table rows)
     return found

@@ -51,6 +51,44 @@ def ratio_table(variants: dict) -> pd.DataFrame:
     )
 
 
+def capacity_slo(capacity: dict | None) -> str | None:
+    """The SLO the capacities are for, as the section says it."""
+    if not capacity:
+        return None
+    bounds = ", ".join(f"{name.upper()} {ms:g} ms" for name, ms in capacity["slo_ms"].items())
+    return f"at least {capacity['attainment_target'] * 100:.0f} % of requests within {bounds}"
+
+
+def capacity_table(variants: dict) -> pd.DataFrame | None:
+    """Each variant's SLO capacity (its concurrency search), the limit that bound it and the
+    verdict against the baseline's; None where variants.capacity was off."""
+    capacity = variants.get("capacity")
+    if not capacity:
+        return None
+    verdicts = {
+        comparison["candidate"]: row["verdict"]
+        for comparison in variants["comparisons"]
+        for row in comparison.get("capacities", [])
+    }
+    rows = []
+    for name, search in capacity["searches"].items():
+        estimate = search.get("estimate") or {}
+        low, high = estimate.get("ci95") or (None, None)
+        rows.append(
+            {
+                "variant": name,
+                "capacity, fitted": estimate.get("value"),
+                "ci95": "" if low is None else f"[{low:.1f}, {high:.1f}]",
+                "highest passing probe": search["capacity"],
+                "search": search["outcome"],
+                "binding limit": search["binding"]["limit"],
+                "probes": len(search["probes"]),
+                "verdict": "baseline" if name == variants["baseline"] else verdicts.get(name, "no estimate"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def view(variants: dict | None) -> dict | None:
     """What the section shows; None where the stage did not run."""
     if not variants:
@@ -71,4 +109,6 @@ def view(variants: dict | None) -> dict | None:
         "threshold": variants["threshold"],
         "orders": [" → ".join(r["order"]) for r in variants["rounds"][:2]],
         "table": ratio_table(variants),
+        "capacity_slo": capacity_slo(variants.get("capacity")),
+        "capacity_table": capacity_table(variants),
     }

@@ -315,45 +315,65 @@ def unjudged(capacity: dict) -> str:
     return "a run that measured no capacity cannot be judged"
 
 
+def capacity_row(
+    key: str,
+    model: str,
+    mode: str,
+    base_search: dict,
+    cand_search: dict,
+    slo_ms: dict,
+    base_runs: list[float] | None = None,
+    cand_runs: list[float] | None = None,
+) -> dict | None:
+    """One capacity search compared (CAPACITY_METHOD): over the runs where both sides ran it
+    several times (by_runs), else by the searches' intervals; None where either has no estimate
+    or the baseline's has no value. `slo_ms`: each side's SLO, {"baseline": ..., "candidate": ...}."""
+    base_estimate, cand_estimate = base_search.get("estimate"), cand_search.get("estimate")
+    if not base_estimate or not cand_estimate or base_estimate["value"] is None:
+        return None
+    if by_runs(base_runs, cand_runs):
+        verdict, ratio = runs_verdict(base_runs, cand_runs)
+    else:
+        verdict = capacity_verdict(search_bounds(mode, base_search), search_bounds(mode, cand_search))
+        ratio = None
+    return {
+        "key": key,
+        "model": model,
+        "search": mode,
+        "unit": CAPACITY_SEARCHES[mode],
+        "slo_ms": slo_ms,
+        **{
+            side: {"value": estimate["value"], "ci95": estimate["ci95"], "outcome": search.get("outcome")}
+            for side, estimate, search in (
+                ("baseline", base_estimate, base_search),
+                ("candidate", cand_estimate, cand_search),
+            )  # fmt: skip
+        },
+        # Over the runs (capacity.runs from 2 on both sides): the ratio and its interval.
+        "runs": {"baseline": base_runs, "candidate": cand_runs, "ratio": ratio} if ratio else None,
+        "verdict": verdict,
+    }
+
+
 def capacity_comparisons(baseline: RunResults, candidate: RunResults, models: dict[str, str]) -> list[dict]:
-    """Each SLO capacity both runs searched, by its interval (capacity_verdict)."""
+    """Each SLO capacity both runs searched (capacity_row)."""
     rows = []
     for candidate_model, base_model in models.items():
         base = baseline.models.get(base_model, {}).get("capacity")
         cand = candidate.models.get(candidate_model, {}).get("capacity")
-        for mode, unit in CAPACITY_SEARCHES.items():
-            base_search, cand_search = (base or {}).get(mode) or {}, (cand or {}).get(mode) or {}
-            base_estimate, cand_estimate = base_search.get("estimate"), cand_search.get("estimate")
-            if not base_estimate or not cand_estimate or base_estimate["value"] is None:
-                continue
-            base_runs, cand_runs = rerun_values(base, mode), rerun_values(cand, mode)
-            if by_runs(base_runs, cand_runs):
-                verdict, ratio = runs_verdict(base_runs, cand_runs)
-            else:
-                verdict = capacity_verdict(search_bounds(mode, base_search), search_bounds(mode, cand_search))
-                ratio = None
-            rows.append(
-                {
-                    "key": figure_key(base_model, "capacity", mode, "capacity"),
-                    "model": base_model,
-                    "search": mode,
-                    "unit": unit,
-                    "slo_ms": {"baseline": base["slo_ms"], "candidate": cand["slo_ms"]},
-                    "baseline": {
-                        "value": base_estimate["value"],
-                        "ci95": base_estimate["ci95"],
-                        "outcome": base_search.get("outcome"),
-                    },
-                    "candidate": {
-                        "value": cand_estimate["value"],
-                        "ci95": cand_estimate["ci95"],
-                        "outcome": cand_search.get("outcome"),
-                    },
-                    # Over the runs (capacity.runs from 2 on both sides): the ratio and its interval.
-                    "runs": {"baseline": base_runs, "candidate": cand_runs, "ratio": ratio} if ratio else None,
-                    "verdict": verdict,
-                }
+        for mode in CAPACITY_SEARCHES:
+            row = capacity_row(
+                figure_key(base_model, "capacity", mode, "capacity"),
+                base_model,
+                mode,
+                (base or {}).get(mode) or {},
+                (cand or {}).get(mode) or {},
+                {"baseline": (base or {}).get("slo_ms"), "candidate": (cand or {}).get("slo_ms")},
+                rerun_values(base, mode),
+                rerun_values(cand, mode),
             )
+            if row:
+                rows.append(row)
     return rows
 
 

@@ -12,18 +12,22 @@ import dataclasses
 import math
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from infbench.capacity.measure import ServerSearches
+from infbench.capacity.probe import TimeBudget
+from infbench.capacity.search import search_steps
 from infbench.core.errors import UserError
 from infbench.core.metrics import aggregate, goodput
 from infbench.core.stats import p_slower, paired_log_ratio, paired_ratio, summarize
 from infbench.engines.external_endpoint import ExternalEndpoint
 from infbench.engines.servers import ServerSpec, start_server
 from infbench.engines.vllm_server import empty_prefix_cache
-from infbench.runs.comparison import NO_INTERVAL, verdict
+from infbench.runs.comparison import NO_INTERVAL, capacity_row, figure_key, verdict
 from infbench.serving.client import cycle_requests, run_level
 from infbench.serving.sweep import Level, warmup_requests
 from infbench.serving.window import ensure_alive
@@ -208,9 +212,39 @@ def figure_samples(rounds: list[dict], level: str, name: str, key: str) -> list[
     return [None if one["failed"] else one[key] for one in passes]
 
 
-def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float) -> list[dict]:
+def capacities_in_turns(searches: dict[str, ServerSearches], budget: TimeBudget) -> dict[str, dict]:
+    """Each variant's concurrency search (ServerSearches.concurrency_steps), probe by probe in
+    turns, the order rotated each turn, all within `budget` (docs/method.md#variants): each
+    search's record, its search_s the time of all of them."""
+    started = budget.start()
+    steps = {name: search_steps(**searches[name].concurrency_steps()) for name in searches}
+    loads = {name: next(step) for name, step in steps.items()}
+    unprobed, results, turn = set(loads), {}, 0
+    while loads:
+        for name in rotation(list(loads), turn):
+            # As capacity.search.search: once out of time the next load is not measured, but a
+            # search's first always is.
+            measure = name in unprobed or not budget.out()
+            unprobed.discard(name)
+            measured = searches[name].prober.probe("concurrency", loads[name]) if measure else None
+            try:
+                loads[name] = steps[name].send(measured)
+            except StopIteration as finished:
+                results[name] = finished.value
+                del loads[name]
+        turn += 1
+    seconds = time.perf_counter() - started
+    return {name: searches[name].record("concurrency", results[name], seconds) for name in searches}
+
+
+def comparisons(
+    rounds: list[dict], model: str, baseline: str, threshold: float, capacities: dict | None = None,
+    slo_ms: dict | None = None,
+) -> list[dict]:  # fmt: skip
     """Each variant against the baseline, in the run comparison's shape (one comparison per
-    variant, one figure per level and FIGURES key), so its gate applies unchanged."""
+    variant, one figure per level and FIGURES key, and with `capacities`, {variant: its
+    concurrency search's record} under `slo_ms`, its SLO capacity by the intervals), so its gate
+    applies unchanged."""
     names = rounds[0]["order"]
     found = []
     for name in [n for n in sorted(names, key=names.index) if n != baseline]:
@@ -243,8 +277,26 @@ def comparisons(rounds: list[dict], model: str, baseline: str, threshold: float)
                         "se_log": paired[1] if paired else None,
                     }
                 )
+        row = (
+            capacity_row(
+                figure_key(model, "variants", "concurrency", "capacity"),
+                model,
+                "concurrency",
+                capacities[baseline],
+                capacities[name],
+                {"baseline": slo_ms, "candidate": slo_ms},
+            )
+            if capacities
+            else None
+        )
         found.append(
-            {"baseline": baseline, "candidate": name, "figures": figures, "only_in_baseline": [], "capacities": []}
+            {
+                "baseline": baseline,
+                "candidate": name,
+                "figures": figures,
+                "only_in_baseline": [],
+                "capacities": [row] if row else [],
+            }
         )
     return found
 
