@@ -519,3 +519,40 @@ def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_a
     html = environment(REPO / "report").get_template("sections/variants.html.j2").render(v=shown)
     assert "SLO capacity per variant" in html and "TPOT 45 ms" in html
     assert view({**record, "capacity": None})["capacity_table"] is None
+
+
+def test_the_capacity_table_reads_an_estimate_beyond_the_probed_range():
+    """A candidate that met at every probe: its fit is `above` its highest, as the capacity section says it."""
+    from infbench.report.variants import capacity_table
+
+    def search(value, ci95, capacity):
+        estimate = {"value": value, "ci95": ci95, "lowest_probe": 2, "highest_probe": 16}
+        probes = [{"load": 2}, {"load": 16}]
+        return {"estimate": estimate, "capacity": capacity, "outcome": "bracketed", "binding": {"limit": "compute"},
+                "probes": probes}  # fmt: skip
+
+    record = {
+        "baseline": "a",
+        "capacity": {"searches": {"a": search(4.2, [4.1, 5.3], 4), "b": search("above", ["above", "above"], 16)}},
+        "comparisons": [{"candidate": "b", "capacities": [{"verdict": "higher"}]}],
+    }
+    table = capacity_table(record).set_index("variant")
+    assert table.loc["a", "capacity, fitted [95 % CI]"] == "c=4 [95 % CI c=4 to c=5]"
+    assert table.loc["b", "capacity, fitted [95 % CI]"].startswith("at least c=16")
+    assert list(table["verdict"]) == ["baseline", "higher"]
+
+
+def test_the_report_plots_each_ratio_with_its_interval_beside_the_band():
+    """A 30 % slower TPOT: its point at 1.3, its interval past the band's 1.1; every row readable."""
+    from infbench.report.variants import ratio_figure
+
+    plotted = ratio_figure(planted_record(0.3))
+    rows = plotted.table.set_index("row")
+    tpot = rows.loc["b, c=4: median TPOT ms"]
+    assert tpot["ratio"] == pytest.approx(1.3, rel=0.02) and tpot["ci95 low"] > 1.1 and tpot["verdict"] == "slower"
+    assert len(rows) == 6 and plotted.unreadable_text == []
+    assert ratio_figure(planted_record(0.08)).unreadable_text == []  # a narrow range: no crowded log ticks
+    incomplete = planted_record(0.3)
+    for figure in incomplete["comparisons"][0]["figures"]:
+        figure["p_slower"] = None
+    assert ratio_figure(incomplete) is None

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
+
+from infbench.report.capacity import estimate_text
+from infbench.report.figures import figure
 
 METRIC_NAMES = {
     "output_throughput": "output tok/s",
@@ -51,6 +55,53 @@ def ratio_table(variants: dict) -> pd.DataFrame:
     )
 
 
+def ratio_figure(variants: dict):
+    """Each figure's ratio to the baseline with its paired 95 % interval, on a log scale, beside
+    the band the verdict needs the interval wholly past; None where no figure has an interval."""
+    threshold = variants["threshold"]
+    rows = pd.DataFrame(
+        [
+            {
+                "row": f"{comparison['candidate']}, {one['case']}: {METRIC_NAMES[one['metric']]}",
+                "ratio": one["ratio"],
+                "ci95 low": one["ci95_low"],
+                "ci95 high": one["ci95_high"],
+                "verdict": one["verdict"],
+            }
+            for comparison in variants["comparisons"]
+            for one in comparison["figures"]
+            if one["p_slower"] is not None
+        ]
+    )
+    if rows.empty:
+        return None
+    ratio = rows["ratio"]
+
+    def draw(ax):
+        y = range(len(rows))
+        ax.axvspan(1 / (1 + threshold), 1 + threshold, color="#cccccc", alpha=0.5, lw=0)
+        ax.axvline(1.0, color="#555555", lw=1)
+        ax.errorbar(ratio, y, xerr=[ratio - rows["ci95 low"], rows["ci95 high"] - ratio], fmt="o", capsize=3)
+        ax.set_xscale("log")
+        # A narrow range on a log axis gets crowded minor labels (0.925, 0.95, ...): plain ticks instead.
+        ax.xaxis.set_major_locator(MaxNLocator(6))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_yticks(list(y), list(rows["row"]), fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("variant / baseline (log scale)")
+
+    return figure(
+        "Each figure's ratio to the baseline, with its paired 95 % interval",
+        draw,
+        rows,
+        f"The grey band is within {threshold * 100:.0f} % of the baseline (1 / (1 + threshold) to 1 + threshold): a "
+        "verdict other than no difference needs the whole interval outside it, on the side that is worse or better "
+        "for that figure (lower is better for latencies).",
+        size=(7.5, 1.2 + 0.25 * len(rows)),
+    )
+
+
 def capacity_slo(capacity: dict | None) -> str | None:
     """The SLO the capacities are for, as the section says it."""
     if not capacity:
@@ -70,22 +121,18 @@ def capacity_table(variants: dict) -> pd.DataFrame | None:
         for comparison in variants["comparisons"]
         for row in comparison.get("capacities", [])
     }
-    rows = []
-    for name, search in capacity["searches"].items():
-        estimate = search.get("estimate") or {}
-        low, high = estimate.get("ci95") or (None, None)
-        rows.append(
-            {
-                "variant": name,
-                "capacity, fitted": estimate.get("value"),
-                "ci95": "" if low is None else f"[{low:.1f}, {high:.1f}]",
-                "highest passing probe": search["capacity"],
-                "search": search["outcome"],
-                "binding limit": search["binding"]["limit"],
-                "probes": len(search["probes"]),
-                "verdict": "baseline" if name == variants["baseline"] else verdicts.get(name, "no estimate"),
-            }
-        )
+    rows = [
+        {
+            "variant": name,
+            "capacity, fitted [95 % CI]": estimate_text("concurrency", search.get("estimate")),
+            "highest passing probe": search["capacity"],
+            "search": search["outcome"],
+            "binding limit": search["binding"]["limit"],
+            "probes": len(search["probes"]),
+            "verdict": "baseline" if name == variants["baseline"] else verdicts.get(name, "no estimate"),
+        }
+        for name, search in capacity["searches"].items()
+    ]
     return pd.DataFrame(rows)
 
 
@@ -109,6 +156,7 @@ def view(variants: dict | None) -> dict | None:
         "threshold": variants["threshold"],
         "orders": [" → ".join(r["order"]) for r in variants["rounds"][:2]],
         "table": ratio_table(variants),
+        "figures": [f for f in [ratio_figure(variants)] if f],
         "capacity_slo": capacity_slo(variants.get("capacity")),
         "capacity_table": capacity_table(variants),
     }
