@@ -2,6 +2,8 @@
 taking turns, round by round, on the same requests, and with variants.capacity each one's SLO
 capacity, their probes in turns -> variants.json (docs/method.md#variants)."""
 
+import httpx
+
 from infbench.capacity.measure import ServerSearches
 from infbench.capacity.probe import Rule, TimeBudget
 from infbench.core.artifacts import read_jsonl
@@ -9,22 +11,45 @@ from infbench.core.stage import run_stage
 from infbench.engines.server_metrics import server_kv_facts
 from infbench.engines.servers import spec_from_params
 from infbench.engines.settings import server_max_num_seqs
-from infbench.engines.vllm_server import started_together
+from infbench.engines.vllm_server import ServerError, started_together
 from infbench.serving.variants import capacities_in_turns, comparisons, run_rounds, variants_of, vllm_version
 
 
+def max_num_seqs_of(params, variant) -> int | None:
+    """The cap on running requests the binding limit reads: the variant's engine.max_num_seqs,
+    else vLLM's default where the variant runs this interpreter's vLLM with no flag that moves
+    it; unknown (None) otherwise."""
+    engine = {**params.engine, **variant.engine}
+    moved = {"max-num-seqs", "max_num_seqs", "max-num-batched-tokens", "max_num_batched_tokens"} & set(variant.flags)
+    if not engine.get("max_num_seqs") and (variant.endpoint or variant.python or moved):
+        return None
+    return server_max_num_seqs(engine)["value"]
+
+
+def kv_facts_of(name: str, server) -> dict | None:
+    """The server's KV-cache facts from its /metrics; None where it publishes none (an endpoint
+    that is not vLLM): its search then starts unseeded and its limit is read without them."""
+    if not server.metrics:
+        return None
+    try:
+        return server_kv_facts(server.base_url)
+    except (ServerError, httpx.HTTPError) as error:
+        print(f"variant {name}: no KV-cache facts ({str(error).splitlines()[0]}); its search starts unseeded")
+        return None
+
+
 def searches_of(params, variants, servers, workload, pool, budget: TimeBudget) -> dict[str, ServerSearches]:
-    """Each variant's capacity searches on its server, all within `budget`; every variant's
-    prober draws the same requests in the same order (one seed)."""
+    """Each variant's capacity search on its server, all within `budget`; every variant's
+    prober draws from the pool in the same seeded order, each probe going on where that
+    variant's last one stopped."""
     searches = {}
     for variant in variants:
         server = servers[variant.name]
-        max_num_seqs = None if variant.endpoint else server_max_num_seqs({**params.engine, **variant.engine})["value"]
         searches[variant.name] = ServerSearches(
-            server, workload, pool, params.capacity, params.load,
-            server_kv_facts(server.base_url) if server.metrics else None,
+            server, workload, pool, params.capacity, params.load, kv_facts_of(variant.name, server),
             max_model_len=variant.engine.get("max_model_len", params.engine["max_model_len"]),
-            max_num_seqs=max_num_seqs, seed=params.seed, timeout_s=params.server["request_timeout_s"],
+            max_num_seqs=max_num_seqs_of(params, variant), seed=params.seed,
+            timeout_s=params.server["request_timeout_s"],
             budget=budget, progress=lambda line, name=variant.name: print(f"variant {name}: {line}"),
         )  # fmt: skip
     return searches

@@ -118,6 +118,21 @@ def sessions_file(measured):
     return [source] if measured and source != "synthetic" else []
 
 
+# What variants.capacity's concurrency searches read of the capacity section: only these rerun
+# the variants rule when changed (the rate search, runs, enabled do not).
+CONCURRENCY_SEARCH_KEYS = (
+    "attainment", "decision", "confidence", "window_s", "window_requests", "repeats", "start_concurrency",
+    "max_concurrency", "max_probes", "max_search_s", "tolerance",
+)  # fmt: skip
+
+
+def concurrency_search_config():
+    """The capacity settings variants.capacity's searches read; None where it is off."""
+    if not config["variants"]["capacity"]:
+        return None
+    return {key: config["capacity"][key] for key in CONCURRENCY_SEARCH_KEYS if key in config["capacity"]}
+
+
 def stage_config(wildcards, *sections):
     """The config that produced a stage's numbers, recorded in its artifact's provenance."""
     record = {section: MEASURED_BENCHMARK if section == "benchmark" else config[section] for section in sections}

@@ -226,17 +226,12 @@ rule variants:
             if config["variants"]["capacity"]
             else None
         ),
-        capacity=config["capacity"] if config["variants"]["capacity"] else None,
+        capacity=concurrency_search_config(),
         seed=config["seed"],
-        provenance_config=lambda wildcards: stage_config(
-            wildcards,
-            "hardware",
-            "engine",
-            "server",
-            "variants",
-            *(["capacity"] if config["variants"]["capacity"] else []),
-            "seed",
-        ),
+        provenance_config=lambda wildcards: {
+            **stage_config(wildcards, "hardware", "engine", "server", "variants", "seed"),
+            **({"capacity": concurrency_search_config()} if config["variants"]["capacity"] else {}),
+        },
     threads: config["hardware"]["threads"]
     resources:
         bench_slot=1,

@@ -122,7 +122,7 @@ class ServerSearches:
         where = result.first_failing if result.first_failing is not None else max(by_load)
         record = result.to_json()
         record["search_s"] = seconds
-        record["max_search_s"] = self.settings["max_search_s"]
+        record["max_search_s"] = self.budget.seconds  # a budget shared by several searches: all of it
         if by_load[where]["client_limited"]:
             binding = {"limit": "client", "evidence": client_evidence(by_load[where])}
         else:

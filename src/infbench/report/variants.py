@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
+from infbench.core.capacity_terms import undecided_bound
 from infbench.report.capacity import estimate_text
 from infbench.report.figures import figure
 
@@ -124,7 +125,9 @@ def capacity_table(variants: dict) -> pd.DataFrame | None:
     rows = [
         {
             "variant": name,
-            "capacity, fitted [95 % CI]": estimate_text("concurrency", search.get("estimate")),
+            # An undecided end: the bound the verdict uses, not an interval the probes cannot back.
+            "capacity, fitted [95 % CI]": undecided_bound("concurrency", search)
+            or estimate_text("concurrency", search.get("estimate")),
             "highest passing probe": search["capacity"],
             "search": search["outcome"],
             "binding limit": search["binding"]["limit"],

@@ -324,14 +324,18 @@ def capacity_row(
     slo_ms: dict,
     base_runs: list[float] | None = None,
     cand_runs: list[float] | None = None,
+    always: bool = False,
 ) -> dict | None:
     """One capacity search compared (CAPACITY_METHOD): over the runs where both sides ran it
     several times (by_runs), else by the searches' intervals; None where either has no estimate
-    or the baseline's has no value. `slo_ms`: each side's SLO, {"baseline": ..., "candidate": ...}."""
+    or the baseline's has no value, unless `always` (both searches ran: a row without an interval,
+    so that a gate on it says why). `slo_ms`: each side's SLO, {"baseline": ..., "candidate": ...}."""
     base_estimate, cand_estimate = base_search.get("estimate"), cand_search.get("estimate")
     if not base_estimate or not cand_estimate or base_estimate["value"] is None:
-        return None
-    if by_runs(base_runs, cand_runs):
+        if not always:
+            return None
+        verdict, ratio = NO_INTERVAL, None
+    elif by_runs(base_runs, cand_runs):
         verdict, ratio = runs_verdict(base_runs, cand_runs)
     else:
         verdict = capacity_verdict(search_bounds(mode, base_search), search_bounds(mode, cand_search))
@@ -343,7 +347,11 @@ def capacity_row(
         "unit": CAPACITY_SEARCHES[mode],
         "slo_ms": slo_ms,
         **{
-            side: {"value": estimate["value"], "ci95": estimate["ci95"], "outcome": search.get("outcome")}
+            side: {
+                "value": (estimate or {}).get("value"),
+                "ci95": (estimate or {}).get("ci95"),
+                "outcome": search.get("outcome"),
+            }
             for side, estimate, search in (
                 ("baseline", base_estimate, base_search),
                 ("candidate", cand_estimate, cand_search),

@@ -215,11 +215,12 @@ def figure_samples(rounds: list[dict], level: str, name: str, key: str) -> list[
 def capacities_in_turns(searches: dict[str, ServerSearches], budget: TimeBudget) -> dict[str, dict]:
     """Each variant's concurrency search (ServerSearches.concurrency_steps), probe by probe in
     turns, the order rotated each turn, all within `budget` (docs/method.md#variants): each
-    search's record, its search_s the time of all of them."""
+    search's record, its search_s from the searches' start to its own end (the others' probes
+    between included), its max_search_s the whole shared budget."""
     started = budget.start()
     steps = {name: search_steps(**searches[name].concurrency_steps()) for name in searches}
     loads = {name: next(step) for name, step in steps.items()}
-    unprobed, results, turn = set(loads), {}, 0
+    unprobed, results, ended, turn = set(loads), {}, {}, 0
     while loads:
         for name in rotation(list(loads), turn):
             # As capacity.search.search: once out of time the next load is not measured, but a
@@ -230,11 +231,10 @@ def capacities_in_turns(searches: dict[str, ServerSearches], budget: TimeBudget)
             try:
                 loads[name] = steps[name].send(measured)
             except StopIteration as finished:
-                results[name] = finished.value
+                results[name], ended[name] = finished.value, time.perf_counter() - started
                 del loads[name]
         turn += 1
-    seconds = time.perf_counter() - started
-    return {name: searches[name].record("concurrency", results[name], seconds) for name in searches}
+    return {name: searches[name].record("concurrency", results[name], ended[name]) for name in searches}
 
 
 def comparisons(
@@ -285,6 +285,7 @@ def comparisons(
                 capacities[baseline],
                 capacities[name],
                 {"baseline": slo_ms, "candidate": slo_ms},
+                always=True,
             )
             if capacities
             else None
