@@ -16,12 +16,18 @@ from infbench.serving.variants import capacities_in_turns, comparisons, run_roun
 
 
 def max_num_seqs_of(params, variant) -> int | None:
-    """The cap on running requests the binding limit reads: the variant's engine.max_num_seqs,
-    else vLLM's default where the variant runs this interpreter's vLLM with no flag that moves
-    it; unknown (None) otherwise."""
+    """The cap on running requests the binding limit reads: a flag's (flags override the engine
+    settings on the server), else the variant's engine.max_num_seqs, else vLLM's default where
+    the variant runs this interpreter's vLLM with no flag that moves it; unknown (None) for an
+    endpoint or otherwise."""
+    if variant.endpoint:
+        return None
+    for flag in ("max_num_seqs", "max-num-seqs"):
+        if flag in variant.flags:
+            return int(variant.flags[flag])
     engine = {**params.engine, **variant.engine}
-    moved = {"max-num-seqs", "max_num_seqs", "max-num-batched-tokens", "max_num_batched_tokens"} & set(variant.flags)
-    if not engine.get("max_num_seqs") and (variant.endpoint or variant.python or moved):
+    moved = {"max_num_batched_tokens", "max-num-batched-tokens"} & set(variant.flags)
+    if not engine.get("max_num_seqs") and (variant.python or moved):
         return None
     return server_max_num_seqs(engine)["value"]
 
@@ -33,8 +39,9 @@ def kv_facts_of(name: str, server) -> dict | None:
         return None
     try:
         return server_kv_facts(server.base_url)
-    except (ServerError, httpx.HTTPError) as error:
-        print(f"variant {name}: no KV-cache facts ({str(error).splitlines()[0]}); its search starts unseeded")
+    except (ServerError, httpx.HTTPError, KeyError, ValueError) as error:  # another vLLM's labels too
+        why = (str(error).splitlines() or [type(error).__name__])[0]
+        print(f"variant {name}: no KV-cache facts ({why}); its search starts unseeded")
         return None
 
 

@@ -6,6 +6,7 @@ input, and two vLLM variants in the tiny run."""
 import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, load_default_config, reference_paired_ratio
@@ -216,9 +217,9 @@ def test_an_interpreter_without_vllm_or_that_hangs_is_named_with_its_variant_and
     assert vllm_version(Variant("default")) == vllm_version(Variant("here", python=sys.executable))
 
 
-def variants_script_stage(tmp_path, capacity: dict | None = None):
+def variants_script_stage(tmp_path, capacity: dict | None = None, load_only: bool = False):
     """scripts/variants.py as a module, and a StageRun of two variants (base; fewer, max_num_seqs 4);
-    with `capacity` (capacity's settings) each one's SLO capacity searched too."""
+    with `capacity` (capacity's settings) each one's SLO capacity searched too; `load_only`: the module alone."""
     import importlib.util
 
     from infbench.core.stage import StageRun
@@ -226,6 +227,8 @@ def variants_script_stage(tmp_path, capacity: dict | None = None):
     spec = importlib.util.spec_from_file_location("variants_script", REPO / "scripts/variants.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    if load_only:
+        return script, None
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.json").write_text(json.dumps({"name": "m"}))
@@ -470,6 +473,7 @@ def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_a
     slowed by the machine leaves it decided. Through the stage's script: the searches take turns probe by
     probe, the order rotated each turn (a b, b a, ...); the candidate's
     capacity is higher by the intervals, and the gate on it fails once the two are swapped."""
+    from infbench.capacity.measure import CONCURRENCY_SEARCH_KEYS
     from infbench.core.artifacts import read_json
     from infbench.serving import variants
 
@@ -477,6 +481,7 @@ def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_a
         "attainment": 0.7, "window_s": 0.3, "window_requests": 30, "repeats": 2, "start_concurrency": 2,
         "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "max_search_s": 300, "decision": "wilson",
     }  # fmt: skip
+    assert set(capacity) == set(CONCURRENCY_SEARCH_KEYS)  # what the variants rule passes: all the searches read
     script, stage = variants_script_stage(tmp_path, capacity)
     per_running = {"base": 10, "fewer": 6}
 
@@ -501,8 +506,8 @@ def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_a
     assert len(probed) == len(base["probes"]) + len(fast["probes"])
     # One budget, shared: each search's time runs to its own end, the others' probes included.
     assert base["max_search_s"] == fast["max_search_s"] == 2 * capacity["max_search_s"]
-    shorter = min((base, fast), key=lambda search: len(search["probes"]))
-    assert shorter["search_s"] < max(base["search_s"], fast["search_s"])
+    ended_last = {"base": base, "fewer": fast}[probed[-1]]
+    assert ended_last["search_s"] == max(base["search_s"], fast["search_s"]) > min(base["search_s"], fast["search_s"])
     (row,) = record["comparisons"][0]["capacities"]
     assert row["key"] == "m/variants/concurrency/capacity" and row["verdict"] == "higher", row
     assert row["baseline"]["value"] < row["candidate"]["value"]
@@ -537,13 +542,18 @@ def test_the_capacity_table_reads_an_estimate_beyond_the_probed_range():
 
     record = {
         "baseline": "a",
-        "capacity": {"searches": {"a": search(4.2, [4.1, 5.3], 4), "b": search("above", ["above", "above"], 16)}},
-        "comparisons": [{"candidate": "b", "capacities": [{"verdict": "higher"}]}],
-    }
+        "capacity": {"searches": {"a": search(4.2, [4.1, 5.3], 4), "b": search("above", ["above", "above"], 16),
+                                  "c": search(9.0, [8.0, 10.0], 8)}},
+        "comparisons": [{"candidate": "b", "capacities": [{"verdict": "higher"}]},
+                        {"candidate": "c", "capacities": [{"verdict": "no difference detected"}]}],
+    }  # fmt: skip
+    # c's failing end (16) was not decided: the bound its met end gives, not the fit's interval.
+    record["capacity"]["searches"]["c"]["probes"][-1]["decided"] = False
     table = capacity_table(record).set_index("variant")
+    assert table.loc["c", "capacity, fitted [95 % CI]"].startswith("at least c=8, undecided above")
     assert table.loc["a", "capacity, fitted [95 % CI]"] == "c=4 [95 % CI c=4 to c=5]"
     assert table.loc["b", "capacity, fitted [95 % CI]"].startswith("at least c=16")
-    assert list(table["verdict"]) == ["baseline", "higher"]
+    assert list(table["verdict"]) == ["baseline", "higher", "no difference detected"]
 
 
 def test_the_report_plots_each_ratio_with_its_interval_beside_the_band():
@@ -563,9 +573,9 @@ def test_the_report_plots_each_ratio_with_its_interval_beside_the_band():
 
 
 @pytest.mark.slow  # two reference servers, one probe each
-def test_a_spent_shared_budget_ends_every_search_after_its_first_probe_and_the_gate_says_so(tmp_path):
+def test_a_spent_shared_budget_ends_every_search_after_its_first_probe_neither_called_different(tmp_path):
     """A budget of 10 ms for both: each search measures its first probe (as the capacity stage's
-    do), in turn, then ends out of time; both draw the pool in the same seeded order."""
+    do), in turn, then ends out of time; both met there, so neither is called different."""
     from infbench.capacity.measure import ServerSearches
     from infbench.capacity.probe import TimeBudget
     from infbench.serving.variants import capacities_in_turns
@@ -604,7 +614,6 @@ def test_a_spent_shared_budget_ends_every_search_after_its_first_probe_and_the_g
             server.stop()
     assert probed == ["a", "b"]
     assert [(c["outcome"], len(c["probes"])) for c in capacities.values()] == [("out_of_time", 1)] * 2
-    assert searches["a"].prober.supply.rows == searches["b"].prober.supply.rows != pool
     rounds = planted_record(0.0)["rounds"]
     (row,) = comparisons(rounds, "m", "a", 0.1, {"a": capacities["a"], "b": capacities["b"]}, load["slo_ms"])[0][
         "capacities"
@@ -623,9 +632,39 @@ def test_a_variant_search_without_an_estimate_is_named_by_the_capacity_gate():
     rounds = planted_record(0.0)["rounds"]
     measured = {"estimate": {"value": 6.0, "ci95": [5.0, 7.0]}, "outcome": "bracketed", "capacity": 6,
                 "first_failing": 7, "probes": []}  # fmt: skip
-    capacities = {"a": {"estimate": None, "outcome": "client_limited"}, "b": measured}
+    capacities = {"a": {"estimate": {"value": None, "ci95": None}, "outcome": "client_limited"}, "b": measured}
     record = {"threshold": 0.1, "rounds": rounds, "comparisons": comparisons(rounds, "m", "a", 0.1, capacities, {})}
     (row,) = record["comparisons"][0]["capacities"]
     assert row["verdict"] == "no interval" and row["baseline"]["value"] is None
     (line,) = gate_record(record, ["*/variants/concurrency/capacity"])["regressions"]
-    assert line.startswith("no interval: m/variants/concurrency/capacity") and "client was the limit" in line
+    assert line.startswith("no interval: m/variants/concurrency/capacity") and "no capacity was measured" in line
+
+
+def test_the_cap_a_variants_limit_is_read_against_is_its_own():
+    """An endpoint's is unknown; a flag overrides the engine setting as on the server; another
+    interpreter's default is not this one's."""
+    from types import SimpleNamespace
+
+    script, _ = variants_script_stage(Path("/nonexistent"), load_only=True)
+    params = SimpleNamespace(engine={"max_model_len": 256, "max_num_seqs": 4})
+    endpoint = {"base_url": "http://x:1", "model": "m"}
+    assert script.max_num_seqs_of(params, Variant("e", endpoint=endpoint)) is None
+    assert script.max_num_seqs_of(params, Variant("f", flags={"max_num_seqs": 16})) == 16
+    assert script.max_num_seqs_of(params, Variant("g", python="/other/python")) == 4  # set in the config
+    params.engine = {"max_model_len": 256}
+    assert script.max_num_seqs_of(params, Variant("g", python="/other/python")) is None
+    assert script.max_num_seqs_of(params, Variant("h", flags={"max_num_batched_tokens": 64})) is None
+    assert script.max_num_seqs_of(params, Variant("i", engine={"max_num_seqs": 8})) == 8
+
+
+def test_an_endpoint_without_kv_facts_starts_its_search_unseeded(capsys):
+    """Nothing answering /metrics (or not vLLM's): None and one line, not a stopped stage."""
+    from types import SimpleNamespace
+
+    from infbench.engines.vllm_server import free_port
+
+    script, _ = variants_script_stage(Path("/nonexistent"), load_only=True)
+    server = SimpleNamespace(metrics=True, base_url=f"http://127.0.0.1:{free_port()}")
+    assert script.kv_facts_of("e", server) is None
+    assert "variant e: no KV-cache facts" in capsys.readouterr().out
+    assert script.kv_facts_of("e", SimpleNamespace(metrics=False)) is None

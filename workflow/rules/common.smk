@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from infbench import stages
+from infbench.capacity.measure import CONCURRENCY_SEARCH_KEYS
 from infbench.core import code_inputs
 from infbench.core.config import ConfigError, canonical, resolve_path, validate_config
 from infbench.core.hardware import resolve_dtype
@@ -118,18 +119,12 @@ def sessions_file(measured):
     return [source] if measured and source != "synthetic" else []
 
 
-# What variants.capacity's concurrency searches read of the capacity section: only these rerun
-# the variants rule when changed (the rate search, runs, enabled do not).
-CONCURRENCY_SEARCH_KEYS = (
-    "attainment", "decision", "confidence", "window_s", "window_requests", "repeats", "start_concurrency",
-    "max_concurrency", "max_probes", "max_search_s", "tolerance",
-)  # fmt: skip
-
-
 def concurrency_search_config():
     """The capacity settings variants.capacity's searches read; None where it is off."""
     if not config["variants"]["capacity"]:
         return None
+    # Only what the searches read (capacity.measure.CONCURRENCY_SEARCH_KEYS): no other capacity
+    # setting reruns the variants rule.
     return {key: config["capacity"][key] for key in CONCURRENCY_SEARCH_KEYS if key in config["capacity"]}
 
 

@@ -54,6 +54,14 @@ def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) ->
     )
 
 
+# What a concurrency search on a running server (ServerSearches) reads of the capacity settings:
+# the variants rule passes only these, so that no other capacity setting reruns it.
+CONCURRENCY_SEARCH_KEYS = (
+    "attainment", "decision", "confidence", "window_s", "window_requests", "repeats", "start_concurrency",
+    "max_concurrency", "max_probes", "max_search_s", "tolerance",
+)  # fmt: skip
+
+
 class ServerSearches:
     """A running server's capacity searches: its prober (within capacity.max_search_s a search,
     or `budget`), its KV prediction, and each search's steps (capacity.search.search_steps) and

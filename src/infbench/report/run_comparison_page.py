@@ -129,6 +129,8 @@ def capacity_text(estimate: dict) -> str:
     def shown(value):
         return value if isinstance(value, str) else f"{value:.3g}"
 
+    if estimate["value"] is None or not estimate["ci95"]:
+        return "none"  # nothing measured
     low, high = estimate["ci95"]
     return f"{shown(estimate['value'])} [{shown(low)}, {shown(high)}]"
 

@@ -304,12 +304,16 @@ def runs_verdict(baseline: list[float], candidate: list[float]) -> tuple[str, di
 
 
 def unjudged(capacity: dict) -> str:
-    """Why a capacity comparison has no interval: a run whose client was the limit at the load
-    above its capacity (a lower bound), or a capacity outside its run's probed range."""
+    """Why a capacity comparison has no interval: a run whose client was the limit, at the load
+    above its capacity (a lower bound) or at its lowest (nothing measured), or a run that
+    measured no capacity."""
     limited = [run for run in ("baseline", "candidate") if capacity[run].get("outcome") == "client_limited"]
     if limited:
+        sides = " and ".join(limited)
+        if any(capacity[run].get("value") is None for run in limited):
+            return f"the {sides}'s client was the limit at its lowest load, so no capacity was measured to judge"
         return (
-            f"the {' and '.join(limited)}'s capacity is a lower bound, the client was the limit at the load above it, "
+            f"the {sides}'s capacity is a lower bound, the client was the limit at the load above it, "
             "so it cannot be judged"
         )
     return "a run that measured no capacity cannot be judged"
