@@ -480,6 +480,7 @@ def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_a
     capacity = {
         "attainment": 0.7, "window_s": 0.3, "window_requests": 30, "repeats": 2, "start_concurrency": 2,
         "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "max_search_s": 300, "decision": "wilson",
+        "confidence": 0.99,
     }  # fmt: skip
     assert set(capacity) == set(CONCURRENCY_SEARCH_KEYS)  # what the variants rule passes: all the searches read
     script, stage = variants_script_stage(tmp_path, capacity)
