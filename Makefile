@@ -37,14 +37,15 @@ lint: setup
 	snakemake --lint
 	snakemake --lint --snakefile workflow/run_comparison/Snakefile --config runs='[baseline, candidate]'
 
-# Two groups, each timed: the fast tests (pure Python, the reference server, dry runs), then
-# the slow ones (real vLLM, the tiny model's pipeline run once and shared).
+# Two groups, each timed: the fast tests (pure Python, the reference server, dry runs; three
+# pytest-xdist workers, as `make test-fast`), then the slow ones (real vLLM, the tiny model's
+# pipeline run once and shared), in two processes side by side (scripts/slow_tests.py).
 test: setup
 	bash scripts/setup-test-system.sh
-	@started=$$(date +%s); echo "== test group 1 of 2: fast"; python -m pytest -m "not slow"; status=$$?; \
+	@started=$$(date +%s); echo "== test group 1 of 2: fast"; python -m pytest -m "not slow" -n 3; status=$$?; \
 	echo "== test group fast took $$(( $$(date +%s) - started )) s"; exit $$status
 	@started=$$(date +%s); echo "== test group 2 of 2: slow (real engines and pipeline runs)"; \
-	python -m pytest -m "slow and not cluster"; status=$$?; \
+	python scripts/slow_tests.py; status=$$?; \
 	echo "== test group slow took $$(( $$(date +%s) - started )) s"; exit $$status
 
 # The pipeline through SLURM's sbatch on a one-node cluster started on this machine (root:
@@ -55,9 +56,8 @@ test-cluster: setup
 	echo "== cluster tests took $$(( $$(date +%s) - started )) s"; exit $$status
 
 # Three pytest workers (pytest-xdist) on two cores: most of the fast tests' time is waiting on
-# reference servers' schedules (on D: 64 s with two, 53-55 s with three, 53 s with four).
-# `make test` runs them in one process, as CI does: the timing tests' planted faults were seen
-# failing there (with more workers than cores the probe sees the contention and allows for it).
+# reference servers' schedules (on D: 64 s with two, 53-55 s with three, 53 s with four). The
+# timing tests measure the contention they run under and allow for it.
 test-fast: setup
 	python -m pytest -m "not slow" -n 3
 
