@@ -28,14 +28,6 @@ def default_config() -> dict:
     return copy.deepcopy(load_default_config())
 
 
-def cache_lock():
-    """One builder at a time of the shared cache's models (`make test`'s workers share it)."""
-    from filelock import FileLock
-
-    CACHE.mkdir(parents=True, exist_ok=True)
-    return FileLock(CACHE / ".build.lock")
-
-
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
     """The embedded default model, converted by the real `model` code once per cache."""
@@ -44,10 +36,9 @@ def embedded_model() -> Path:
 
     spec = {"name": "smollm2-135m-instruct", "source": "embedded"}
     folder = CACHE / "models" / spec["name"]
-    with cache_lock():
-        if not (folder / "model.json").is_file():
-            download_model(spec, CACHE / "downloads" / spec["name"])
-            resolve_model(spec, folder, CACHE / "downloads" / spec["name"])
+    if not (folder / "model.json").is_file():
+        download_model(spec, CACHE / "downloads" / spec["name"])
+        resolve_model(spec, folder, CACHE / "downloads" / spec["name"])
     return folder
 
 
@@ -58,9 +49,8 @@ def tiny_model(embedded_model) -> Path:
     from infbench.model.folder import truncate_layers
 
     folder = CACHE / "models" / "tiny-smollm2-2layers"
-    with cache_lock():
-        if not (folder / "config.json").is_file():
-            truncate_layers(embedded_model, folder, num_layers=2)
+    if not (folder / "config.json").is_file():
+        truncate_layers(embedded_model, folder, num_layers=2)
     return folder
 
 
@@ -196,8 +186,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
-        if "tiny_run" in item.fixturenames:  # `make test` runs these beside the other slow tests
-            item.add_marker(pytest.mark.tiny_run)
+        function = getattr(item, "function", None)
+        if function is not None and "SchedulingJitter" in function.__code__.co_names:
+            item.add_marker(pytest.mark.timing)  # `make test` runs these in one process, alone
         if "cluster" in item.fixturenames:  # test_cluster.py's SLURM cluster: `make test-cluster`
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.cluster)

@@ -639,6 +639,7 @@ def test_a_variant_search_without_an_estimate_is_named_by_the_capacity_gate():
     assert row["verdict"] == "no interval" and row["baseline"]["value"] is None
     (line,) = gate_record(record, ["*/variants/concurrency/capacity"])["regressions"]
     assert line.startswith("no interval: m/variants/concurrency/capacity") and "no capacity was measured" in line
+    assert "None" not in line and "against none " in line, line  # the side that measured nothing
 
 
 def test_the_cap_a_variants_limit_is_read_against_is_its_own():

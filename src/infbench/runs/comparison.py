@@ -525,6 +525,13 @@ def no_interval_reason(figure: dict) -> str:
     return "a run has one sample"
 
 
+def capacity_side(side: dict) -> str:
+    """One side's capacity in a gate line: its value and interval, or none measured."""
+    if side["value"] is None:
+        return "none"
+    return f"{side['value']} {side['ci95']}" if side.get("ci95") else f"{side['value']} (no interval)"
+
+
 def gate(record: dict, patterns: list[str]) -> list[str]:
     """One line per gated figure that fails (GATE_METHOD), empty when none does. A pattern
     (fnmatch, on the figure's key) that matches no figure of the baseline is an error: a gate
@@ -575,10 +582,10 @@ def gate(record: dict, patterns: list[str]) -> list[str]:
                     if capacity["verdict"] == LOWER
                     else f"no interval: {unjudged(capacity)}"
                 )
+                candidate, baseline = (capacity_side(capacity[side]) for side in ("candidate", "baseline"))
                 lines.append(
-                    f"{why.split(':')[0]}: {capacity['key']} ({pair}): {capacity['candidate']['value']} "
-                    f"{capacity['candidate']['ci95']} against {capacity['baseline']['value']} "
-                    f"{capacity['baseline']['ci95']} {capacity['unit']} ({why.split(': ')[1]})"
+                    f"{why.split(':')[0]}: {capacity['key']} ({pair}): {candidate} against {baseline} "
+                    f"{capacity['unit']} ({why.split(': ')[1]})"
                 )
         tested = tested_figures(comparison, patterns)
         for figure, regressed in zip(tested, holm([figure["p_slower"] for figure in tested])):
