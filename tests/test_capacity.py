@@ -131,6 +131,11 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     assert sorted(probes) == [2, 4, 5, 6, 8] and len(search["probes"]) == 5  # no load probed twice
     assert probes[4]["met"] and not probes[5]["met"]
     check_probes(search["probes"], settings, settings["attainment"])
+    # c=1's TPOT (10 ms) takes under half the 45 ms SLO: the search starts where configured.
+    assert (search["start"]["load"], search["start"]["pilot"]["slo_share"]["tpot"]) == (
+        2,
+        pytest.approx(10 / 45, abs=0.1),
+    )
     # The capacity read from every probe, with its interval around it.
     estimate = search["estimate"]
     low, high = estimate["ci95"]
@@ -156,6 +161,39 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
 
 
 @pytest.mark.slow  # a server start and five probes, two of them two windows
+@pytest.mark.slow  # a reference server's search, its windows real time
+def test_where_c1_already_sits_near_the_slo_the_search_starts_at_1(tmp_path):
+    """TPOT 10c ms against a 15 ms SLO: the pilot's c=1 TPOT takes two thirds of it, so the
+    search starts at 1 rather than at capacity.start_concurrency (8) and finds [1, 2] in two
+    probes, not four halvings down from 8 (docs/method.md#capacity-search)."""
+    from conftest import searched
+
+    from infbench.capacity.measure import NEAR_SLO, PILOT_REQUESTS
+    from infbench.serving.reference_server import Schedule
+
+    schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
+    settings = {
+        "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 8,
+        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1,
+        "max_search_s": 300,
+    }  # fmt: skip
+    load_settings = {
+        "burstiness": 1.0,
+        "warmup": False,
+        "metrics_interval_s": 0.05,
+        "slo_ms": {"ttft": 1000, "tpot": 15},
+    }
+    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
+            for i in range(300)]  # fmt: skip
+    search = searched(tmp_path, schedule, pool, settings, load_settings)["concurrency"]
+    start = search["start"]
+    assert (start["load"], start["configured"]) == (1, 8), start
+    assert start["pilot"]["requests"] == start["pilot"]["succeeded"] == PILOT_REQUESTS
+    assert start["pilot"]["slo_share"]["tpot"] == pytest.approx(10 / 15, abs=0.1) and NEAR_SLO < 10 / 15
+    assert [p["load"] for p in search["probes"]] == [1, 2]
+    assert (search["capacity"], search["first_failing"]) == (1, 2)
+
+
 def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(tmp_path):
     """The schedule above, decided by LoadGen's early stopping at 0.99 and a target of 0.8: 21
     requests all within the SLO are needed (Wilson: 16), so a met probe of 16-request windows

@@ -605,7 +605,8 @@ def test_a_spent_shared_budget_ends_every_search_after_its_first_probe_neither_c
                 seed=0,
                 timeout_s=30,
                 budget=budget,
-                progress=lambda line, name=name: probed.append(name),
+                # A probe's line, in the order measured (not the pilot's, before the turns).
+                progress=lambda line, name=name: line.startswith("concurrency search") or probed.append(name),
             )  # fmt: skip
             for name, server in servers.items()
         }

@@ -6,6 +6,7 @@ See docs/method.md#capacity-search, #capacity-estimate and #capacity-time-budget
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import replace
 
@@ -54,6 +55,32 @@ def fitted_capacity(probes: list[Probe], target: float, mode: str, seed: int) ->
     )
 
 
+# The pilot before the concurrency search: this many requests at c=1, outputs cut as a
+# warm-up's; where their median TTFT or TPOT takes more than NEAR_SLO of its SLO, the search
+# starts at 1 rather than at capacity.start_concurrency (docs/method.md#capacity-search).
+PILOT_REQUESTS = 3
+NEAR_SLO = 0.5
+
+
+def search_start(prober: Prober, configured: int, slo_ms: dict) -> dict:
+    """The concurrency search's first load: 1 where the pilot sits near the SLO, else
+    `configured` (no pilot where that is 1 already); what the pilot measured and why."""
+    if configured <= 1:
+        return {"load": configured, "configured": configured, "pilot": None, "why": "capacity.start_concurrency"}
+    results = [r for r in prober.pilot(PILOT_REQUESTS) if r.success]
+    shares = {}
+    for key in ("ttft", "tpot"):
+        values = [getattr(r, key) for r in results if getattr(r, key) is not None]
+        if key in slo_ms and values:
+            shares[key] = statistics.median(values) * MS / slo_ms[key]
+    near = {key: share for key, share in shares.items() if share > NEAR_SLO}
+    pilot = {"requests": PILOT_REQUESTS, "succeeded": len(results), "slo_share": shares}
+    if near:
+        said = " and ".join(f"{share:.0%} of the {key.upper()} SLO" for key, share in near.items())
+        return {"load": 1, "configured": configured, "pilot": pilot, "why": f"c=1 already takes {said}: starting at 1"}
+    return {"load": configured, "configured": configured, "pilot": pilot, "why": "c=1 sits well within the SLO"}
+
+
 # What a concurrency search on a running server (ServerSearches) reads of the capacity settings:
 # the variants rule passes only these, so that no other capacity setting reruns it.
 CONCURRENCY_SEARCH_KEYS = (
@@ -100,6 +127,7 @@ class ServerSearches:
             else None
         )
         self.pool_requests = [load_request(r, 0) for r in pool]
+        self.start: dict | None = None  # the concurrency search's first load and why (concurrency_steps)
         # The KV usage at which the largest request (a users search: the largest turn) no longer fits.
         self.full_usage = dict.fromkeys(("concurrency", "request_rate"), kv_full_usage(self.pool_requests, kv))
         if sessions is not None:
@@ -114,10 +142,14 @@ class ServerSearches:
         }  # fmt: skip
 
     def concurrency_steps(self) -> dict:
-        """The concurrency search's: from capacity.start_concurrency, a predicted KV limit below it first."""
+        """The concurrency search's: from capacity.start_concurrency, a predicted KV limit below
+        it first, or from 1 where a pilot at c=1 already sits near the SLO (search_start)."""
+        self.start = search_start(self.prober, self.settings["start_concurrency"], self.prober.load_settings["slo_ms"])
+        if self.start["pilot"] is not None:
+            self.prober.progress(f"concurrency search: {self.start['why']}")
         return self.steps(
             "concurrency",
-            start=self.settings["start_concurrency"],
+            start=self.start["load"],
             floor=1,
             ceiling=self.settings["max_concurrency"],
             kv_limit=self.predicted["value"] if self.predicted else None,
@@ -144,6 +176,8 @@ class ServerSearches:
             if mode == "concurrency" and predicted and binding["limit"] == "kv_memory"
             else None
         )
+        if mode == "concurrency":
+            record["start"] = self.start
         record["at_capacity"] = by_load.get(result.capacity)
         record["estimate"] = fitted_capacity(result.probes, self.settings["attainment"], mode, self.seed)
         return record

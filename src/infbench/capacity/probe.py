@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
 from infbench.core.capacity_terms import COUNTED, IN_SESSIONS, LAG_GROWTH_BEHIND, THINK_LATE, load_text
 from infbench.core.checks import CLIENT_FAIL
-from infbench.core.metrics import MS, aggregate, meets_slo
+from infbench.core.metrics import MS, RequestResult, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
 from infbench.engines.server_metrics import MetricsSeries
 from infbench.serving.arrivals import Arrivals, TraceArrivals, replayable, workload_trace
@@ -361,6 +361,21 @@ class Prober:
         shown = f"concurrency {concurrency}" if concurrency else "a request rate"
         ensure_alive(self.server, f"the warm-up before a probe at {shown}", run.results)
         return len(warm)
+
+    def pilot(self, requests: int) -> list[RequestResult]:
+        """`requests` of the workload one at a time, outputs cut as a warm-up's, untimed: what c=1
+        costs before the concurrency search (docs/method.md#capacity-search)."""
+        pilot = [replace(r, id=f"pilot-{r.id}") for r in warmup_requests(cycle_requests(self.workload, requests),
+                                                                         Level(requests, api=self.api))]  # fmt: skip
+        run = asyncio.run(
+            run_level(
+                self.server.base_url, self.server.served_name, pilot, concurrency=1, arrivals=None, seed=self.seed,
+                interval_s=self.load_settings["metrics_interval_s"], timeout_s=self.timeout_s, api=self.api,
+                api_key=self.server.api_key, scrape_metrics=False,
+            )
+        )  # fmt: skip
+        ensure_alive(self.server, "the pilot at concurrency 1", run.results)
+        return [streamed.result for streamed in run.results]
 
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
         """Windowed passes at `load` until the verdict is met or missed, the client was the limit,

@@ -298,6 +298,7 @@ def view(capacity: dict | None) -> dict | None:
         if predicted
         else None,
         "endpoint": endpoint["base_url"] if endpoint else None,
+        "start": capacity["concurrency"].get("start"),  # absent from artifacts written before the pilot
         "measured_kv_limit": {**kv_limit, "measured": fmt(kv_limit["measured"], 0)} if kv_limit else None,
         "binding_limit": binding["limit"].replace("_", " "),
         "requests_table": capacity.get("requests_table"),  # runs made before request tables have none
