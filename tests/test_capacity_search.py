@@ -727,3 +727,41 @@ def test_the_method_gives_each_rules_curtailment_and_too_few_counts():
     method = " ".join((REPO / "docs/method.md").read_text().split())
     assert "after eight misses" in method and "ends after ten misses at a target of 0.9, three at 0.99" in method
     assert "fewer than 44 at 0.9 and 459 at 0.99" in method and "mirror) test is infbench's own" in method
+
+
+def test_the_pilot_sets_the_start_only_on_what_it_measured_and_a_start_from_1_keeps_its_probes():
+    """search_start (docs/method.md#capacity-search): 1 past NEAR_SLO of the TTFT or TPOT SLO;
+    the configured start where the pilot measured nothing or the SLO gives it nothing to
+    compare; and a search started at 1 gets the doublings up to the configured start as probes."""
+    from infbench.capacity.measure import NEAR_SLO, ServerSearches, search_start
+    from infbench.core.metrics import RequestResult
+
+    def prober(tpot_s: float, success: bool = True):
+        result = RequestResult("r", 2, 16, ttft=0.001, e2el=0.001 + 15 * tpot_s, success=success)
+        return type("Pilot", (), {"pilot": lambda self, n: [result] * n})()
+
+    slo = {"ttft": 1000, "tpot": 100}
+    near = search_start(prober(0.06), 16, slo)
+    assert (near["load"], near["pilot"]["succeeded"]) == (1, 3) and "60 % of the TPOT SLO" in near["why"]
+    assert search_start(prober(0.04), 16, slo)["load"] == 16 and 0.4 < NEAR_SLO
+    failed = search_start(prober(0.06, success=False), 16, slo)
+    assert failed["load"] == 16 and "measured nothing (0 succeeded)" in failed["why"]
+
+    class Unasked:
+        def pilot(self, n):
+            raise AssertionError("no pilot where the SLO has no TTFT or TPOT, or the start is 1")
+
+    assert search_start(Unasked(), 16, {"e2el": 500})["pilot"] is None
+    assert search_start(Unasked(), 1, slo)["load"] == 1
+
+    settings = {"attainment": 0.9, "window_s": 1, "window_requests": 4, "repeats": 1, "start_concurrency": 16,
+                "max_concurrency": 128, "max_probes": 7, "tolerance": 0.0, "max_search_s": 60}  # fmt: skip
+    rows = [{"id": "r", "prompt": "p", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}]
+    server = type("Server", (), {"base_url": "http://unused", "served_name": "m", "api_key": None})()
+    load = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": slo}
+    searches = ServerSearches(server, rows, rows, settings, load, None, max_model_len=64, max_num_seqs=None, seed=0,
+                              timeout_s=5)  # fmt: skip
+    searches.prober.pilot = prober(0.06).pilot
+    assert (searches.concurrency_steps()["start"], searches.concurrency_steps()["max_probes"]) == (1, 7 + 4)
+    searches.prober.pilot = prober(0.01).pilot
+    assert (searches.concurrency_steps()["start"], searches.concurrency_steps()["max_probes"]) == (16, 7)

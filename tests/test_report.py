@@ -396,7 +396,7 @@ def test_every_sentence_of_a_partial_is_spaced_from_the_next():
         "slo": [("TTFT", 1000)],
         "predicted": {"value": 8, "usable_blocks": 10, "block_size": 16},
         "endpoint": "http://example.test/v1",
-        "start": {"load": 1, "why": "c=1 already takes 67 % of the TPOT SLO: starting at 1"},
+        "start": {"first_probe": 1, "why": "c=1 already takes 67 % of the TPOT SLO: starting at 1"},
         "measured_kv_limit": None,
         "binding_limit": "compute",
         "binding_at": 4,

@@ -72,10 +72,14 @@ def test_pinned_torch_missing_and_no_index_says_what_to_set(tmp_path):
 
 
 def test_pips_configured_sources_are_the_sources_uv_installs_from(tmp_path):
-    """uv reads neither PIP_* variables nor pip.conf: setup hands it pip's sources as flags,
-    each list item its own flag, and none where pip has none."""
+    """uv reads neither PIP_* variables nor pip.conf: setup hands it pip's sources as flags, each
+    setting as pip's install command takes it (a variable over [install] over [global], never
+    merged), each list item its own flag, and none where pip has none."""
     conf = tmp_path / "pip.conf"
-    conf.write_text("[global]\nextra-index-url = https://a.invalid/simple https://b.invalid/simple\n")
+    conf.write_text(
+        "[global]\nindex-url = https://global.invalid/simple\nextra-index-url = https://g.invalid/simple\n"
+        "[install]\nextra-index-url = https://a.invalid/simple https://b.invalid/simple\n"
+    )
     environment = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     run = ["bash", str(SETUP), "--uv-sources"]
     configured = {**environment, "PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": str(tmp_path / "wheels"),
@@ -88,6 +92,10 @@ def test_pips_configured_sources_are_the_sources_uv_installs_from(tmp_path):
         ("--find-links", str(tmp_path / "wheels")),
         ("--index-url", "https://index.invalid/simple"),
     ]
+    offline = {**configured, "PIP_NO_INDEX": "1"}
+    assert (
+        subprocess.run(run, capture_output=True, text=True, env=offline, check=True).stdout.split()[-1] == "--no-index"
+    )
     bare = {**environment, "PIP_CONFIG_FILE": os.devnull, "PYTHON": sys.executable}
     assert subprocess.run(run, capture_output=True, text=True, env=bare, check=True).stdout == ""
 

@@ -6,6 +6,7 @@ See docs/method.md#capacity-search, #capacity-estimate and #capacity-time-budget
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import replace
@@ -63,22 +64,27 @@ NEAR_SLO = 0.5
 
 
 def search_start(prober: Prober, configured: int, slo_ms: dict) -> dict:
-    """The concurrency search's first load: 1 where the pilot sits near the SLO, else
-    `configured` (no pilot where that is 1 already); what the pilot measured and why."""
-    if configured <= 1:
-        return {"load": configured, "configured": configured, "pilot": None, "why": "capacity.start_concurrency"}
-    results = [r for r in prober.pilot(PILOT_REQUESTS) if r.success]
+    """The concurrency search's start: 1 where the pilot sits near the SLO, else `configured`
+    (no pilot where that is 1 already or the SLO has no TTFT or TPOT); what the pilot measured
+    and why. `first_probe` is set by the search's record."""
+    keys = [key for key in ("ttft", "tpot") if key in slo_ms]
+    unchanged = {"load": configured, "configured": configured, "pilot": None, "why": "capacity.start_concurrency"}
+    if configured <= 1 or not keys:
+        return unchanged
+    results = prober.pilot(PILOT_REQUESTS)
+    succeeded = [r for r in results if r.success]
     shares = {}
-    for key in ("ttft", "tpot"):
-        values = [getattr(r, key) for r in results if getattr(r, key) is not None]
-        if key in slo_ms and values:
+    for key in keys:
+        values = [getattr(r, key) for r in succeeded if getattr(r, key) is not None]
+        if values:
             shares[key] = statistics.median(values) * MS / slo_ms[key]
+    pilot = {"requests": len(results), "succeeded": len(succeeded), "slo_share": shares}
     near = {key: share for key, share in shares.items() if share > NEAR_SLO}
-    pilot = {"requests": PILOT_REQUESTS, "succeeded": len(results), "slo_share": shares}
     if near:
-        said = " and ".join(f"{share:.0%} of the {key.upper()} SLO" for key, share in near.items())
-        return {"load": 1, "configured": configured, "pilot": pilot, "why": f"c=1 already takes {said}: starting at 1"}
-    return {"load": configured, "configured": configured, "pilot": pilot, "why": "c=1 sits well within the SLO"}
+        said = " and ".join(f"{share * 100:.0f} % of the {key.upper()} SLO" for key, share in near.items())
+        return {**unchanged, "load": 1, "pilot": pilot, "why": f"c=1 already takes {said}: starting at 1"}
+    why = "c=1 sits well within the SLO" if shares else f"the pilot measured nothing ({len(succeeded)} succeeded)"
+    return {**unchanged, "pilot": pilot, "why": f"{why}: starting at capacity.start_concurrency"}
 
 
 # What a concurrency search on a running server (ServerSearches) reads of the capacity settings:
@@ -147,13 +153,24 @@ class ServerSearches:
         self.start = search_start(self.prober, self.settings["start_concurrency"], self.prober.load_settings["slo_ms"])
         if self.start["pilot"] is not None:
             self.prober.progress(f"concurrency search: {self.start['why']}")
-        return self.steps(
+        steps = self.steps(
             "concurrency",
             start=self.start["load"],
             floor=1,
             ceiling=self.settings["max_concurrency"],
             kv_limit=self.predicted["value"] if self.predicted else None,
         )
+        # The doublings from 1 up to the configured start are probes that start would not have
+        # needed: a pilot that misjudges (latency that barely grows with load) costs their time,
+        # not the bracket.
+        steps["max_probes"] += round(math.log2(self.start["configured"] / self.start["load"]))
+        return steps
+
+    def lowered_by(self, first: float) -> str:
+        """What took the concurrency search's first probe below its start (search_steps)."""
+        if self.predicted and first == self.predicted["value"]:
+            return "the predicted KV-limited concurrency"
+        return "capacity.max_concurrency"
 
     def record(self, mode: str, result, seconds: float) -> dict:
         """A finished search's record: its probes and outcome, the limit that bound it, its estimate."""
@@ -177,7 +194,9 @@ class ServerSearches:
             else None
         )
         if mode == "concurrency":
-            record["start"] = self.start
+            first = result.probes[0].load
+            lowered = "" if first == self.start["load"] else f"; lowered to {first:g} by {self.lowered_by(first)}"
+            record["start"] = {**self.start, "first_probe": first, "why": self.start["why"] + lowered}
         record["at_capacity"] = by_load.get(result.capacity)
         record["estimate"] = fitted_capacity(result.probes, self.settings["attainment"], mode, self.seed)
         return record

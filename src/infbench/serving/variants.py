@@ -217,8 +217,8 @@ def capacities_in_turns(searches: dict[str, ServerSearches], budget: TimeBudget)
     turns, the order rotated each turn, all within `budget` (docs/method.md#variants): each
     search's record, its search_s from the searches' start to its own end (the others' probes
     between included), its max_search_s the whole shared budget."""
+    steps = {name: search_steps(**searches[name].concurrency_steps()) for name in searches}  # each pilot first
     started = budget.start()
-    steps = {name: search_steps(**searches[name].concurrency_steps()) for name in searches}
     loads = {name: next(step) for name, step in steps.items()}
     unprobed, results, ended, turn = set(loads), {}, {}, 0
     while loads:
