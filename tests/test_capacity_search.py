@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -765,3 +766,29 @@ def test_the_pilot_sets_the_start_only_on_what_it_measured_and_a_start_from_1_ke
     assert (searches.concurrency_steps()["start"], searches.concurrency_steps()["max_probes"]) == (1, 7 + 4)
     searches.prober.pilot = prober(0.01).pilot
     assert (searches.concurrency_steps()["start"], searches.concurrency_steps()["max_probes"]) == (16, 7)
+
+
+def test_a_search_on_a_shared_budget_never_restarts_it():
+    """ServerSearches.search starts its own capacity.max_search_s, but a budget shared with
+    other servers' searches is theirs too: spent, a search on it measures its first probe only."""
+    from infbench.capacity.measure import ServerSearches
+    from infbench.capacity.probe import TimeBudget
+
+    settings = {"attainment": 0.9, "window_s": 1, "window_requests": 4, "repeats": 1, "start_concurrency": 2,
+                "max_concurrency": 64, "max_probes": 7, "tolerance": 0.0, "max_search_s": 60}  # fmt: skip
+    rows = [{"id": "r", "prompt": "p", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}]
+    server = type("Server", (), {"base_url": "http://unused", "served_name": "m", "api_key": None})()
+    load = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": {"e2el": 1000}}
+    record = {"saturated": False, "client_limited": False, "too_few_to_meet": False, "met_slo": 4, "requests": 4,
+              "peak_num_requests_running": 1, "peak_kv_cache_usage": 0.1, "peak_num_requests_waiting": 0}  # fmt: skip
+
+    def searched(budget):
+        searches = ServerSearches(server, rows, rows, settings, load, None, max_model_len=64, max_num_seqs=None,
+                                  seed=0, timeout_s=5, budget=budget)  # fmt: skip
+        searches.prober.probe = lambda mode, load, window=None: Probe(load, True, dict(record))
+        return searches.search("concurrency", searches.concurrency_steps())
+
+    spent = TimeBudget(60.0)  # its 60 s began a minute ago, with other servers' searches
+    spent.deadline = time.perf_counter() - 1
+    assert [p["load"] for p in searched(spent)["probes"]] == [2]
+    assert [p["load"] for p in searched(None)["probes"]][:3] == [2, 4, 8]  # its own 60 s

@@ -120,6 +120,7 @@ class ServerSearches:
         self.settings, self.kv, self.max_num_seqs, self.seed = settings, kv, max_num_seqs, seed
         # Its own capacity.max_search_s a search, unless given one shared with other servers' searches.
         self.budget = budget or TimeBudget(settings["max_search_s"])
+        self.owns_budget = budget is None  # a budget shared with other servers' searches runs on
         self.prober = Prober(
             server, workload, pool, settings, load_settings, seed=seed, timeout_s=timeout_s, budget=self.budget,
             sessions=sessions, progress=progress,
@@ -202,8 +203,9 @@ class ServerSearches:
         return record
 
     def search(self, mode: str, steps: dict, window: Window | None = None) -> dict:
-        """One search of `mode` within its own capacity.max_search_s: its record."""
-        started = self.budget.start()
+        """One search of `mode` within its own capacity.max_search_s (a shared budget: what is
+        left of it, never restarted): its record."""
+        started = self.budget.start() if self.owns_budget else time.perf_counter()
         result = search(lambda load: self.prober.probe(mode, load, window), **steps)
         return self.record(mode, result, time.perf_counter() - started)
 
