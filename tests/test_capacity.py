@@ -99,31 +99,38 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
 # ------------------------------------------------------------------------ the reference server
 
 
+# The reference server's decode step takes 10 ms a running request: TPOT 10c ms.
+STEP_PER_RUNNING = {"ttft_ms": 10, "itl_ms": 0, "itl_ms_per_running": 10, "max_num_seqs": 64}
+
+
+def known_search(tmp_path, tpot_slo_ms: float, requests: int, max_tokens: int, **settings) -> tuple[dict, dict]:
+    """A capacity search on STEP_PER_RUNNING under a TPOT SLO of `tpot_slo_ms`, its probes one
+    window of 10 requests over 0.3 s unless `settings` say otherwise: its settings and record."""
+    from conftest import searched
+
+    from infbench.serving.reference_server import Schedule
+
+    settings = {
+        "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 2,
+        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1,
+        "max_search_s": 300, **settings,
+    }  # fmt: skip
+    slo = {"ttft": 1000, "tpot": tpot_slo_ms}
+    load_settings = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": slo}
+    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": max_tokens, "api": "completions"}
+            for i in range(requests)]  # fmt: skip
+    return settings, searched(tmp_path, Schedule(**STEP_PER_RUNNING), pool, settings, load_settings)
+
+
 @pytest.mark.slow  # a server start and five probes of about half a second
 def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_recorded(tmp_path):
     """Each decode step takes 10 ms per running request: TPOT 10c ms, under the 45 ms SLO up to
     c = 4 (40 ms) and over it from c = 5 (50 ms), 5 ms either side, more than a busy machine
     adds to a step on average. Bracketing from 2 (2, 4, 8) then bisecting (6, 5) finds
     exactly [4, 5]: a finite capacity, the probe at 4 met and the one at 5 missed."""
-    from conftest import check_probes, searched
+    from conftest import check_probes
 
-    from infbench.serving.reference_server import Schedule
-
-    schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
-    settings = {
-        "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 2,
-        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1,
-        "max_search_s": 300,
-    }  # fmt: skip
-    load_settings = {
-        "burstiness": 1.0,
-        "warmup": False,
-        "metrics_interval_s": 0.05,
-        "slo_ms": {"ttft": 1000, "tpot": 45},
-    }
-    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
-            for i in range(300)]  # fmt: skip
-    record = searched(tmp_path, schedule, pool, settings, load_settings)
+    settings, record = known_search(tmp_path, 45, requests=300, max_tokens=4)
     search = record["concurrency"]
     probes = {p["load"]: p for p in search["probes"]}
     shares = {load: p["attainment"] for load, p in probes.items()}
@@ -165,26 +172,9 @@ def test_where_c1_already_sits_near_the_slo_the_search_starts_at_1(tmp_path):
     """TPOT 10c ms against a 15 ms SLO: the pilot's c=1 TPOT takes two thirds of it, so the
     search starts at 1 rather than at capacity.start_concurrency (8) and finds [1, 2] in two
     probes, not four halvings down from 8 (docs/method.md#capacity-search)."""
-    from conftest import searched
-
     from infbench.capacity.measure import NEAR_SLO, PILOT_REQUESTS
-    from infbench.serving.reference_server import Schedule
 
-    schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
-    settings = {
-        "attainment": 0.7, "window_s": 0.3, "window_requests": 10, "repeats": 1, "start_concurrency": 8,
-        "max_concurrency": 16, "max_probes": 8, "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1,
-        "max_search_s": 300,
-    }  # fmt: skip
-    load_settings = {
-        "burstiness": 1.0,
-        "warmup": False,
-        "metrics_interval_s": 0.05,
-        "slo_ms": {"ttft": 1000, "tpot": 15},
-    }
-    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 4, "api": "completions"}
-            for i in range(300)]  # fmt: skip
-    search = searched(tmp_path, schedule, pool, settings, load_settings)["concurrency"]
+    search = known_search(tmp_path, 15, requests=300, max_tokens=4, start_concurrency=8)[1]["concurrency"]
     start = search["start"]
     assert (start["load"], start["configured"], start["first_probe"]) == (1, 8, 1), start
     assert start["pilot"]["requests"] == start["pilot"]["succeeded"] == PILOT_REQUESTS
@@ -198,25 +188,10 @@ def test_a_search_decided_by_early_stopping_brackets_the_known_capacity_exactly(
     """The schedule above, decided by LoadGen's early stopping at 0.99 and a target of 0.8: 21
     requests all within the SLO are needed (Wilson: 16), so a met probe of 16-request windows
     takes two windows where Wilson takes one; every probe holds what a probe must, under that rule."""
-    from conftest import check_probes, searched
+    from conftest import check_probes
 
-    from infbench.serving.reference_server import Schedule
-
-    schedule = Schedule(ttft_ms=10, itl_ms=0, itl_ms_per_running=10, max_num_seqs=64)
-    settings = {
-        "attainment": 0.8, "decision": "early_stopping", "confidence": 0.99, "window_s": 0.3,
-        "window_requests": 16, "repeats": 2, "start_concurrency": 2, "max_concurrency": 16, "max_probes": 8,
-        "tolerance": 0.0, "rate": False, "min_rate": 0.1, "runs": 1, "max_search_s": 300,
-    }  # fmt: skip
-    load_settings = {
-        "burstiness": 1.0,
-        "warmup": False,
-        "metrics_interval_s": 0.05,
-        "slo_ms": {"ttft": 1000, "tpot": 45},
-    }
-    pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": 8, "api": "completions"}
-            for i in range(600)]  # fmt: skip
-    record = searched(tmp_path, schedule, pool, settings, load_settings)
+    rule = {"attainment": 0.8, "decision": "early_stopping", "confidence": 0.99, "window_requests": 16, "repeats": 2}
+    settings, record = known_search(tmp_path, 45, requests=600, max_tokens=8, **rule)
     assert record["decision_rule"] == {"name": "early_stopping", "confidence": 0.99}
     search = record["concurrency"]
     probes = {p["load"]: p for p in search["probes"]}
