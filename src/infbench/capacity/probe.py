@@ -346,36 +346,31 @@ class Prober:
         self.trace_rows = [r for r in workload if r.get("kind") == "trace"]
         self.requests: list[dict] = []  # every probe's requests, as request_table rows
 
-    def warm_up(self, concurrency: int | None, api: str) -> int:
-        """Before a probe's first pass, untimed, as `serve` warms a level: its first requests cut
-        short (docs/method.md#warm-ups), through `api`; how many were sent."""
-        level = Level(concurrency, api=api)
-        warm = warmup_requests(cycle_requests(self.workload, concurrency or 1), level)
+    def untimed(self, requests: int, concurrency: int, api: str, what: str) -> list[RequestResult]:
+        """The workload's first `requests`, outputs cut as a warm-up's (docs/method.md#warm-ups),
+        `concurrency` at a time through `api`, nothing counted: `what` names them if the server dies."""
+        short = warmup_requests(cycle_requests(self.workload, requests), Level(requests, api=api))
         run = asyncio.run(
             run_level(
-                self.server.base_url, self.server.served_name, warm, concurrency=len(warm), arrivals=None,
+                self.server.base_url, self.server.served_name, short, concurrency=concurrency, arrivals=None,
                 seed=self.seed, interval_s=self.load_settings["metrics_interval_s"], timeout_s=self.timeout_s,
                 api=api, api_key=self.server.api_key, scrape_metrics=False,
             )
         )  # fmt: skip
+        ensure_alive(self.server, what, run.results)
+        return [streamed.result for streamed in run.results]
+
+    def warm_up(self, concurrency: int | None, api: str) -> int:
+        """Before a probe's first pass, as `serve` warms a level: as many requests as it keeps in
+        flight (one at a rate), all at once, through `api`; how many were sent."""
         shown = f"concurrency {concurrency}" if concurrency else "a request rate"
-        ensure_alive(self.server, f"the warm-up before a probe at {shown}", run.results)
-        return len(warm)
+        count = concurrency or 1
+        return len(self.untimed(count, count, api, f"the warm-up before a probe at {shown}"))
 
     def pilot(self, requests: int) -> list[RequestResult]:
-        """`requests` of the workload one at a time, outputs cut as a warm-up's, untimed: what c=1
-        costs before the concurrency search (docs/method.md#capacity-search)."""
-        pilot = [replace(r, id=f"pilot-{r.id}") for r in warmup_requests(cycle_requests(self.workload, requests),
-                                                                         Level(requests, api=self.api))]  # fmt: skip
-        run = asyncio.run(
-            run_level(
-                self.server.base_url, self.server.served_name, pilot, concurrency=1, arrivals=None, seed=self.seed,
-                interval_s=self.load_settings["metrics_interval_s"], timeout_s=self.timeout_s, api=self.api,
-                api_key=self.server.api_key, scrape_metrics=False,
-            )
-        )  # fmt: skip
-        ensure_alive(self.server, "the pilot at concurrency 1", run.results)
-        return [streamed.result for streamed in run.results]
+        """`requests` one at a time: what c=1 costs before the concurrency search
+        (docs/method.md#capacity-search)."""
+        return self.untimed(requests, 1, self.api, "the pilot at concurrency 1")
 
     def probe(self, mode: str, load: float, window: Window | None = None) -> Probe:
         """Windowed passes at `load` until the verdict is met or missed, the client was the limit,
