@@ -51,13 +51,14 @@ for line in listed.splitlines():
     key, _, value = line.partition("=")
     scope, _, name = key.rpartition(".")
     values.setdefault(name, {})[scope] = value.strip("'\"")
-flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+def setting(name):
+    scopes = values.get(name, {})
+    return next((scopes[scope] for scope in (":env:", "install", "global") if scope in scopes), "")
 args = []
-for name, flag in flags.items():
-    given = next((values[name][scope] for scope in (":env:", "install", "global") if scope in values.get(name, {})), "")
-    for item in given.split():
-        args += [flag, item]
-if next((values["no-index"][s] for s in (":env:", "install", "global") if s in values.get("no-index", {})), "").lower() in ("1", "true", "yes", "on"):
+for name in ("index-url", "extra-index-url", "find-links"):
+    for item in setting(name).split():
+        args += [f"--{name}", item]
+if setting("no-index").lower() in ("1", "true", "yes", "on"):
     args.append("--no-index")
 if args:
     print("\n".join(args))
