@@ -118,6 +118,19 @@ def test_on_demand_passes_where_reservation_fails_and_back():
     assert reserving["levels"][0]["reservation"]["outside_share"] <= MAX_OUTSIDE_SHARE
 
 
+def test_scrapes_of_an_empty_server_are_not_samples():
+    """The same request followed by 32 s of an idle server, as between a rate level's requests:
+    the idle scrapes fit both rules, and counted they would leave on-demand and reservation
+    told apart on 6 % of the samples instead of 51 %, and the check unable to tell them apart."""
+    request = streamed(40, 40)
+    kv = {"block_size": 16, "num_blocks": 100}
+    short = live_validation(one_level([request], scraped(on_demand_blocks(request))), kv)
+    idle_tail = live_validation(one_level([request], scraped(on_demand_blocks(request), until=40.0)), kv)
+    assert idle_tail["checks"][0]["status"] == "pass", idle_tail["checks"][0]["detail"]
+    assert (idle_tail["samples"], idle_tail["told_apart"]) == (short["samples"], short["told_apart"])
+    assert idle_tail["told_apart"] / idle_tail["samples"] > 0.3
+
+
 def test_chunks_that_carry_several_tokens_widen_the_band_not_the_misses():
     """vLLM merges a request's outputs into one chunk when its API server falls behind: 40
     tokens in 20 chunks of two. The server's true usage still fits on demand; read as one token

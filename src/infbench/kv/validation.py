@@ -7,7 +7,7 @@ leaves its null block out).
 Two allocation models are held to the same samples: vLLM's, blocks on demand as a sequence
 grows ("on_demand"), and its rival, the blocks of prompt + max_tokens reserved at admission
 ("reservation"). The check vouches for on-demand allocation only when on-demand passes and
-more than MAX_OUTSIDE_SHARE of all samples fit on demand but not reserved: where every
+more than MAX_OUTSIDE_SHARE of the samples fit on demand but not reserved: where every
 request's reservation fits the blocks it fills anyway (short outputs in large blocks) the two
 predict the same usage and the check says it cannot tell.
 
@@ -29,7 +29,8 @@ A scrape answered at t read the gauge, which the engine updates once a step, som
 (one engine step). The sample is inside when its blocks lie within the band the requests
 span over that window; the tolerance is that window and nothing else. A model fails a level
 when more than MAX_OUTSIDE_SHARE of its samples fall outside: a simulator off by a few blocks
-does, whatever the load.
+does, whatever the load. A sample of an empty server (no request in flight over its window, no
+block read held) is left out of every count: both rules predict it.
 """
 
 from __future__ import annotations
@@ -203,7 +204,9 @@ def band_over(changes: list[float], band: Band, start: float, end: float) -> tup
 
 
 def sample_errors(samples: list[dict], changes: list[float], band: Band, usable_blocks: int, step_s: float) -> list:
-    """Each scraped sample's blocks outside the band over its window (0: inside), and its window."""
+    """Each scraped sample's blocks outside the band over its window (0: inside), and its window.
+    A sample with no request in flight over its window (the band allows none) that read no block
+    held is left out: it tells no allocation rule from another."""
     errors = []
     for sample in samples:
         if USAGE not in sample:
@@ -211,6 +214,8 @@ def sample_errors(samples: list[dict], changes: list[float], band: Band, usable_
         window = sample.get("scrape_s", 0.0) + step_s
         low, high = band_over(changes, band, sample["t"] - window, sample["t"])
         scraped = round(sample[USAGE] * usable_blocks)
+        if high == 0 and scraped == 0:
+            continue
         errors.append((max(low - scraped, scraped - high, 0), window))
     return errors
 
