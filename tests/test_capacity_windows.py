@@ -373,3 +373,53 @@ def test_a_window_past_its_deadline_still_lasts_its_seconds(tmp_path):
         window = Window(0.5, 200, deadline=time.perf_counter())
         run = windowed(server, supply.take(), window, concurrency=2, arrivals=None)
     assert run.closed_at_deadline and run.window_s >= 0.5 and 10 <= len(run.counted_results) < 200
+
+
+def test_a_pass_whose_client_stalled_is_measured_again_and_a_third_stall_limits_the_probe(tmp_path, monkeypatch):
+    """The client's event loop blocked for 0.6 s mid-window (as a client starved of CPU is): the
+    pass stalled (a tenth of the 3 s SLO: over 300 ms late) and is measured again, its requests
+    uncounted; the probe is decided on the pass after it alone. Stalled three times in a row,
+    the client was the limit: undecided, never met."""
+    import infbench.capacity.probe as probe_module
+    import infbench.serving.window as window_module
+
+    stalls: list[bool] = []  # per pass measured so far: whether it is to stall
+    sent = Counter()  # requests sent by the pass measured last
+    measure_pass, stream_request = probe_module.measure_pass, window_module.stream_request
+
+    def measured(*args, stall_passes: int, **kwargs):
+        stalls.append(len(stalls) < stall_passes)
+        sent.clear()
+        return measure_pass(*args, **kwargs)
+
+    async def streamed(client, model, request, api):
+        sent["requests"] += 1
+        if stalls[-1] and sent["requests"] == 12:  # past the ramp of 4 completions, inside the window
+            time.sleep(0.6)  # blocks the event loop
+        return await stream_request(client, model, request, api)
+
+    monkeypatch.setattr(window_module, "stream_request", streamed)
+    schedule = Schedule(ttft_ms=2, itl_ms=1, max_num_seqs=8)
+    pool = [{**row, "max_tokens": 4, "api": "completions"} for row in ROWS]
+    settings = {"attainment": 0.9, "window_s": 0.2, "window_requests": 40, "repeats": 1}
+    load_settings = {"burstiness": 1.0, "metrics_interval_s": 0.05, "slo_ms": {"ttft": 3000}, "warmup": False}
+    with ReferenceServer("m", tmp_path / "server.log", schedule) as server:
+        results = {}
+        for stall_passes in (1, 3):
+            stalls.clear()
+            monkeypatch.setattr(
+                probe_module, "measure_pass", lambda *a, n=stall_passes, **k: measured(*a, stall_passes=n, **k)
+            )
+            prober = Prober(server, pool[:4], pool, settings, load_settings, seed=0, timeout_s=5, progress=print)
+            results[stall_passes] = prober.probe("concurrency", 4), prober.requests
+    (once, once_rows), (thrice, _) = results[1], results[3]
+    assert [p["client_stalled"] for p in once.record["stalled_passes"]] == [True]
+    assert once.record["stalled_passes"][0]["client_loop_late_ms"] > 300
+    assert once.record["pass_records"][0]["client_stalled"] is False
+    assert once.met and once.record["decision"] == "met" and not once.record["client_limited"]
+    counted = Counter(row["pass"] for row in once_rows if row["counted"])
+    assert counted == {2: once.record["requests"]}  # the stalled pass's requests uncounted
+    assert len({row["pass"] for row in once_rows}) == 2  # ... but in the table
+    assert len(thrice.record["stalled_passes"]) == 2 and thrice.record["pass_records"][0]["client_stalled"]
+    assert thrice.record["client_limited_by"] == ["stalled"] and thrice.record["decision"] == "undecided"
+    assert not thrice.met

@@ -12,7 +12,15 @@ import time
 from dataclasses import dataclass, replace
 
 from infbench.capacity.search import Probe, binomial_cdf, early_stopping_n, wilson_interval
-from infbench.core.capacity_terms import COUNTED, IN_SESSIONS, LAG_GROWTH_BEHIND, THINK_LATE, load_text
+from infbench.core.capacity_terms import (
+    COUNTED,
+    IN_SESSIONS,
+    LAG_GROWTH_BEHIND,
+    STALL_RETRIES,
+    THINK_LATE,
+    load_text,
+    stall_limit_ms,
+)
 from infbench.core.checks import CLIENT_FAIL
 from infbench.core.metrics import MS, RequestResult, aggregate, meets_slo
 from infbench.core.stats import percentile, summarize
@@ -98,16 +106,19 @@ class PassRecord:
     met_slo: int
     sessions: dict | None = None  # a pass of users in sessions: its sessions.session_figures
     turns_met: list[tuple[int, bool]] | None = None  # sessions: each counted turn's place and whether it met the SLO
+    stalled: bool = False  # its client's event loop woke later than stall_limit_ms
 
     @classmethod
     def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
         """`users`: a users pass's users (sessions on a schedule: None)."""
         met = [meets_slo(r, slo_ms) for r in measured.counted]
         run = measured.run
+        stalled = run.loop_late_s * MS > stall_limit_ms(slo_ms)
         if run.turns is None:
-            return cls(measured, sum(met))
+            return cls(measured, sum(met), stalled=stalled)
         places = [log.turn for log, counted in zip(run.turns, run.counted) if counted]
-        return cls(measured, sum(met), session_figures(run, users), list(zip(places, met, strict=True)))
+        turns_met = list(zip(places, met, strict=True))
+        return cls(measured, sum(met), session_figures(run, users), turns_met, stalled)
 
     @property
     def requests(self) -> int:
@@ -168,6 +179,8 @@ class PassRecord:
             "send_lag_growth_ms": growth * MS if growth is not None else None,
             "client_behind": self.client_behind,
             "client_cpu_share": self.client_cpu_share,
+            "client_loop_late_ms": run.loop_late_s * MS,
+            "client_stalled": self.stalled,
             "mean_num_requests_running": sum(running) / len(running) if running else None,
             # Peaks in the window, as the binding limit reads it: the ramp's opening burst is not the load.
             **{f"peak_{name}": MetricsSeries(in_window, series.available).peak(f"vllm:{name}") for name in PEAKS},
@@ -191,11 +204,13 @@ def client_limits(passes: list[PassRecord], met_slo: int, counted: int, target: 
     """How the client, not the server, limited a probe (docs/method.md#client-limited-probes),
     empty where it did not: "behind", a pass's client fell behind its schedule and the probe
     did not miss at the load it got; "busy", a pass's client used CLIENT_FAIL of a core and the
-    server's queue never grew."""
+    server's queue never grew; "stalled", a pass measured after STALL_RETRIES stalled ones stalled
+    too (the stalled ones measured again are not among `passes`)."""
     saturated = any(p.saturated for p in passes)
     missed = verdict(met_slo, counted, target, saturated, rule=rule) == "missed"
     limits = ["behind"] if any(p.client_behind for p in passes) and not missed else []
-    return limits + (["busy"] if any(p.client_busy for p in passes) and not saturated else [])
+    limits += ["busy"] if any(p.client_busy for p in passes) and not saturated else []
+    return limits + (["stalled"] if any(p.stalled for p in passes) else [])
 
 
 def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool, rule=WILSON) -> dict:
@@ -277,6 +292,7 @@ def by_turn(passes: list[PassRecord]) -> list[dict]:
 
 def client_evidence(record: dict) -> str:
     """Why a client-limited probe's client was the limit: the reasons that counted (client_limits)."""
+    late_ms = max((p.get("client_loop_late_ms", 0.0) for p in record.get("pass_records", [])), default=0.0)
     reasons = {
         "behind": f"its users took their turns late (thinking over {THINK_LATE:.0%} longer than drawn, or sessions "
         "starting behind their schedule), so this load was not offered"
@@ -284,6 +300,9 @@ def client_evidence(record: dict) -> str:
         else "it fell behind its schedule, so this load was not offered",
         "busy": f"its process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own delays "
         "are in the latencies",
+        "stalled": f"its event loop stalled, woken up to {late_ms:.0f} ms late, in a pass not measured again "
+        f"({STALL_RETRIES} stalled passes measured again already, or the time was up), so its timestamps carry "
+        "the stall",
     }
     return " and ".join(reasons[limit] for limit in record["client_limited_by"])
 
@@ -390,9 +409,11 @@ class Prober:
         api = "chat" if users else self.api
         warmed = self.warm_up(int(load) if closed else None, api) if self.load_settings["warmup"] else 0
         passes: list[PassRecord] = []
+        stalled: list[PassRecord] = []  # measured again: not pooled
         met_slo_so_far = counted_so_far = 0  # pooled over the passes so far
         out_of_time = False
-        for index in range(repeats):
+        while len(passes) < repeats:
+            index = len(passes) + len(stalled)
             if index and self.budget.out():
                 out_of_time = True
                 break
@@ -417,11 +438,20 @@ class Prober:
                 users=self.sessions if users else None,
             )
             out_of_time |= measured.run.closed_at_deadline
-            self.requests += probe_rows(
+            rows = probe_rows(
                 measured.run, mode=mode, load=load, api=api, burstiness=self.load_settings["burstiness"],
                 trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
             )  # fmt: skip
             last = PassRecord.of(measured, slo_ms, int(load) if mode == "users" else None)
+            if last.stalled and len(stalled) < STALL_RETRIES and not out_of_time:
+                stalled.append(last)
+                self.requests += [{**row, "counted": False} for row in rows]
+                self.progress(
+                    f"probe {load_text(mode, load)}: pass {index + 1} measured again: the client's event loop woke "
+                    f"{measured.run.loop_late_s * MS:.0f} ms late (over {stall_limit_ms(slo_ms):.0f} ms)"
+                )
+                continue
+            self.requests += rows
             passes.append(last)
             met_slo_so_far, counted_so_far = met_slo_so_far + last.met_slo, counted_so_far + last.requests
             # A trace replay ends with the trace: its passes pool until decided, as others do.
@@ -429,6 +459,7 @@ class Prober:
             if (
                 last.client_behind
                 or last.client_busy
+                or last.stalled
                 or verdict(met_slo_so_far, counted_so_far, target, last.saturated, rule=self.rule) != "undecided"
                 or (last.measured.run.exhausted and not replay)
             ):
@@ -439,6 +470,7 @@ class Prober:
         record["window"] = {"seconds": window.seconds, "min_requests": window.min_requests}
         record["trace_replay"] = replay
         record["warmup_requests"] = warmed
+        record["stalled_passes"] = [p.to_json() for p in stalled]
         if replay:
             record["supply_exhausted"] = False  # the trace's end closes each pass
         decision = record["decision"]

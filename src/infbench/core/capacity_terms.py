@@ -35,8 +35,8 @@ OUTCOMES = {
     "ceiling_met": "not converged: the highest load allowed met the SLO, so the capacity is at least that",
     "unfinished": "not converged: max_probes ran out before a met and a missed load were within the tolerance",
     "undecided": "not converged: an end of the bracket was undecided, its attainment interval straddling the target",
-    "client_limited": "not converged: the client was the limit at the failing load (it fell behind its schedule or "
-    "used most of a core), so the server was not measured there",
+    "client_limited": "not converged: the client was the limit at the failing load (it fell behind its schedule, "
+    "used most of a core or stalled), so the server was not measured there",
     "out_of_time": "not converged: capacity.max_search_s ran out before a met and a missed load were decided within "
     "the tolerance",
 }
@@ -64,6 +64,14 @@ LAG_GROWTH_BEHIND = 0.1
 # averaged over its counted turns, exceeds the one drawn by more than this share: the client
 # was late to its users' turns, so it offered less load than its users (docs/method.md#sessions).
 THINK_LATE = 0.1
+# A pass whose client's event loop woke later than this share of the SLO's largest limit (at
+# least STALL_FLOOR_MS) stalled: for that long no stream was read, so every timestamp taken then
+# carries the delay. A probe measures a stalled pass again, at most STALL_RETRIES times
+# (docs/method.md#client-limited-probes).
+STALL_SHARE = 0.1
+STALL_FLOOR_MS = 100.0
+STALL_RETRIES = 2
+
 # A users pass whose users, as Little's law gives them from what it measured, differ from the
 # users it ran by more than this share did not hold its users (docs/method.md#sessions).
 USERS_HELD = 0.2
@@ -72,6 +80,10 @@ USERS_HELD = 0.2
 # is sent after it closes, uncounted, so the counted think times are the short ones and Little's
 # law reads low.
 HELD_CYCLES = 5
+
+
+def stall_limit_ms(slo_ms: dict) -> float:
+    return max(STALL_SHARE * max(slo_ms.values(), default=0.0), STALL_FLOOR_MS)
 
 
 def load_text(mode: str, load) -> str:

@@ -24,7 +24,7 @@ LIMITS = {
     "max_num_seqs": "the engine's max_num_seqs",
     "scheduler": "the scheduler's token budget (requests waited with KV memory free)",
     "compute": "compute (latency rose with KV memory free, nothing waited)",
-    "client": "the client (it fell behind its schedule or used most of a core: the server was not measured)",
+    "client": "the client (it fell behind its schedule, used most of a core or stalled: the server was not measured)",
     "unknown": "unknown (the endpoint publishes no /metrics)",
 }
 
@@ -136,7 +136,12 @@ def probe_table(capacity: dict) -> pd.DataFrame:
                     )
                     + (", the request pool ran out (raise workload.pool_requests)" if probe["supply_exhausted"] else "")
                     + (", its window ended once missed" if settled_early(probe) else "")
-                    + (", capacity.max_search_s ran out" if probe["out_of_time"] else ""),
+                    + (", capacity.max_search_s ran out" if probe["out_of_time"] else "")
+                    + (
+                        f", {len(probe['stalled_passes'])} window(s) measured again: the client stalled"
+                        if probe.get("stalled_passes")
+                        else ""
+                    ),
                     "within SLO %": 100 * probe["attainment"],
                     "ci95": f"[{low * 100:.0f}, {high * 100:.0f}]",
                     "counted / sent": f"{probe['requests']} / {probe['sent']}",

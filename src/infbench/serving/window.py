@@ -57,6 +57,10 @@ class WindowRun:
     closed_at_deadline: bool = False  # the window closed early at Window.deadline
     cancelled: list[dict] = field(default_factory=list)  # cancelled_record of each request cut off at the end
     turns: list | None = None  # users in sessions: each result's sessions.TurnLog
+    # The client's event loop, the one that timestamps every stream, at its latest between the
+    # window's opening and the pass's end: how much later than asked a LOOP_TICK_S sleep woke
+    # (docs/method.md#client-limited-probes). Late by a stall, every timestamp taken in it is.
+    loop_late_s: float = 0.0
 
     @property
     def counted_results(self) -> list[StreamedResult]:
@@ -80,6 +84,8 @@ SATURATED_SHARE = 0.5
 # Requests waiting, averaged over the second half of the window's scrapes, above the first
 # half's by at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
+# The client's event loop is watched by a sleep of this long, again and again (_Pass.watch_loop).
+LOOP_TICK_S = 0.01
 
 
 def saturation(sent_rate: float | None, completed_rate: float | None, samples: list[dict]) -> tuple[bool, bool]:
@@ -119,6 +125,20 @@ class _Pass:
         self.settled_early = False
         self.closed_at_deadline = False
         self.done = asyncio.Event()
+        self.late: list[tuple[float, float]] = []  # (when, seconds late) of the watcher's late wake-ups
+
+    async def watch_loop(self) -> None:
+        """Sleeps LOOP_TICK_S again and again, noting each wake-up later than a tick."""
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(LOOP_TICK_S)
+            late = time.perf_counter() - asked - LOOP_TICK_S
+            if late > LOOP_TICK_S:
+                self.late.append((self.now(), late))
+
+    def loop_late_s(self, ended: float) -> float:
+        opened = math.inf if self.opened is None else self.opened
+        return max((late for at, late in self.late if opened <= at <= ended), default=0.0)
 
     def now(self) -> float:
         return time.perf_counter() - self.started
@@ -335,6 +355,7 @@ async def run_window(
             cpu_started = time.process_time()
             # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
             state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
+            watcher = asyncio.ensure_future(state.watch_loop())
             logs = None
             if sessions_on_schedule:
                 tasks, logs = await sessions_open_loop(
@@ -348,6 +369,7 @@ async def run_window(
                 tasks = await open_loop(client, model, supply, offsets, state, api, concurrency)
             ended = state.now()
             cpu_s = time.process_time() - cpu_started
+            watcher.cancel()
             if not drain:
                 for task in tasks:
                     task.cancel()
@@ -378,6 +400,7 @@ async def run_window(
             for i in sorted(state.in_flight)
         ],
         turns=[logs[i] for i in finished] if logs is not None else None,
+        loop_late_s=state.loop_late_s(ended),
     )
 
 
