@@ -118,17 +118,25 @@ def test_on_demand_passes_where_reservation_fails_and_back():
     assert reserving["levels"][0]["reservation"]["outside_share"] <= MAX_OUTSIDE_SHARE
 
 
-def test_scrapes_of_an_empty_server_are_not_samples():
+def test_scrapes_of_an_empty_server_cannot_tell_the_rules_apart():
     """The same request followed by 32 s of an idle server, as between a rate level's requests:
-    the idle scrapes fit both rules, and counted they would leave on-demand and reservation
-    told apart on 6 % of the samples instead of 51 %, and the check unable to tell them apart."""
+    the idle scrapes fit both rules, so the told-apart share is of the busy samples (a request
+    in flight, or blocks held): counted over all, it would fall from 51 % to 6 % and the check
+    would say it cannot tell the rules apart. A block read held on an empty server is busy, and
+    outside both rules."""
     request = streamed(40, 40)
     kv = {"block_size": 16, "num_blocks": 100}
     short = live_validation(one_level([request], scraped(on_demand_blocks(request))), kv)
     idle_tail = live_validation(one_level([request], scraped(on_demand_blocks(request), until=40.0)), kv)
     assert idle_tail["checks"][0]["status"] == "pass", idle_tail["checks"][0]["detail"]
-    assert (idle_tail["samples"], idle_tail["told_apart"]) == (short["samples"], short["told_apart"])
-    assert idle_tail["told_apart"] / idle_tail["samples"] > 0.3
+    assert idle_tail["samples"] == 800 and idle_tail["busy_samples"] == short["busy_samples"] < 100
+    held = sum(sample["vllm:kv_cache_usage_perc"] > 0 for sample in scraped(on_demand_blocks(request)))
+    assert idle_tail["busy_samples"] > held  # waiting for its first token, it holds none yet, but is busy
+    assert idle_tail["told_apart"] == short["told_apart"] > 0.3 * idle_tail["busy_samples"]
+    leaked = scraped(lambda t: on_demand_blocks(request)(t) or (1 if t >= 29.99 else 0), until=40.0)
+    leaking = live_validation(one_level([request], leaked), kv)["levels"][0]
+    assert leaking["busy_samples"] == idle_tail["busy_samples"] + 200  # t = 30 .. 40 s
+    assert leaking["outside"] == leaking["reservation"]["outside"] - idle_tail["told_apart"] == 200
 
 
 def test_chunks_that_carry_several_tokens_widen_the_band_not_the_misses():

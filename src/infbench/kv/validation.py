@@ -7,7 +7,8 @@ leaves its null block out).
 Two allocation models are held to the same samples: vLLM's, blocks on demand as a sequence
 grows ("on_demand"), and its rival, the blocks of prompt + max_tokens reserved at admission
 ("reservation"). The check vouches for on-demand allocation only when on-demand passes and
-more than MAX_OUTSIDE_SHARE of the samples fit on demand but not reserved: where every
+more than MAX_OUTSIDE_SHARE of the busy samples (a request in flight, or blocks held) fit on
+demand but not reserved: where every
 request's reservation fits the blocks it fills anyway (short outputs in large blocks) the two
 predict the same usage and the check says it cannot tell.
 
@@ -29,8 +30,7 @@ A scrape answered at t read the gauge, which the engine updates once a step, som
 (one engine step). The sample is inside when its blocks lie within the band the requests
 span over that window; the tolerance is that window and nothing else. A model fails a level
 when more than MAX_OUTSIDE_SHARE of its samples fall outside: a simulator off by a few blocks
-does, whatever the load. A sample of an empty server (no request in flight over its window, no
-block read held) is left out of every count: both rules predict it.
+does, whatever the load.
 """
 
 from __future__ import annotations
@@ -204,9 +204,9 @@ def band_over(changes: list[float], band: Band, start: float, end: float) -> tup
 
 
 def sample_errors(samples: list[dict], changes: list[float], band: Band, usable_blocks: int, step_s: float) -> list:
-    """Each scraped sample's blocks outside the band over its window (0: inside), and its window.
-    A sample with no request in flight over its window (the band allows none) that read no block
-    held is left out: it tells no allocation rule from another."""
+    """Each scraped sample's blocks outside the band over its window (0: inside), its window, and
+    whether it is busy: a request in flight over its window (the band allows blocks) or blocks
+    read held. A sample of an empty server fits every allocation rule: it tells none apart."""
     errors = []
     for sample in samples:
         if USAGE not in sample:
@@ -214,22 +214,20 @@ def sample_errors(samples: list[dict], changes: list[float], band: Band, usable_
         window = sample.get("scrape_s", 0.0) + step_s
         low, high = band_over(changes, band, sample["t"] - window, sample["t"])
         scraped = round(sample[USAGE] * usable_blocks)
-        if high == 0 and scraped == 0:
-            continue
-        errors.append((max(low - scraped, scraped - high, 0), window))
+        errors.append((max(low - scraped, scraped - high, 0), window, high > 0 or scraped > 0))
     return errors
 
 
 def check_series(samples: list[dict], changes: list[float], band: Band, usable_blocks: int, step_s: float) -> dict:
     """Each scraped sample against the band over its window; what fell outside, and by how much."""
     errors = sample_errors(samples, changes, band, usable_blocks, step_s)
-    outside = sum(error > 0 for error, _ in errors)
+    outside = sum(error > 0 for error, *_ in errors)
     return {
         "samples": len(errors),
         "outside": outside,
         "outside_share": outside / len(errors) if errors else None,
-        "max_blocks_outside": max((error for error, _ in errors), default=0),
-        "median_window_s": statistics.median(window for _, window in errors) if errors else None,
+        "max_blocks_outside": max((error for error, *_ in errors), default=0),
+        "median_window_s": statistics.median(window for _, window, _ in errors) if errors else None,
     }
 
 
@@ -242,6 +240,7 @@ def level_check(level: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int
     models = allocation_models(kv["block_size"], bool(kv.get("prefix_caching")))
     totals = {name: {"samples": 0, "outside": 0, "max_blocks_outside": 0} for name in MODELS}
     told_apart = 0  # samples on-demand allocation explains and reservation does not
+    busy = 0  # samples with a request in flight or blocks held: those that can tell the rules apart
     for repeat in level["repeats"]:
         # Every request the pass ran held blocks: a windowed pass's uncounted ones too.
         done = [r for r in repeat["requests"] + repeat.get("uncounted_requests", []) if r["success"]]
@@ -252,12 +251,12 @@ def level_check(level: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int
             changes, band = predicted_band(done, models[name], prefixes, role_chunks=1 if api == "chat" else 0)
             errors[name] = sample_errors(repeat["metrics_series"], changes, band, usable, step_s)
             totals[name]["samples"] += len(errors[name])
-            totals[name]["outside"] += sum(error > 0 for error, _ in errors[name])
-            worst = max((error for error, _ in errors[name]), default=0)
+            totals[name]["outside"] += sum(error > 0 for error, *_ in errors[name])
+            worst = max((error for error, *_ in errors[name]), default=0)
             totals[name]["max_blocks_outside"] = max(totals[name]["max_blocks_outside"], worst)
-        told_apart += sum(
-            ours == 0 and rival > 0 for (ours, _), (rival, _) in zip(errors["on_demand"], errors["reservation"])
-        )
+        pairs = list(zip(errors["on_demand"], errors["reservation"], strict=True))
+        told_apart += sum(ours[0] == 0 and rival[0] > 0 for ours, rival in pairs)
+        busy += sum(ours[2] or rival[2] for ours, rival in pairs)
     for result in totals.values():
         result["outside_share"] = result["outside"] / result["samples"] if result["samples"] else None
     return {
@@ -268,6 +267,7 @@ def level_check(level: dict, kv: dict, prefixes: dict[tuple[str, str], tuple[int
         **totals["on_demand"],
         "reservation": totals["reservation"],
         "told_apart": told_apart,
+        "busy_samples": busy,
         "preemptions": level.get("preemptions"),
     }
 
@@ -300,16 +300,18 @@ def live_validation(
         }
     samples = sum(level["samples"] for level in checked)
     worst = max(level["outside_share"] for level in checked)
+    busy = sum(level["busy_samples"] for level in checked)
     rival_outside = sum(level["reservation"]["outside"] for level in checked)
-    rival_share = rival_outside / samples
+    rival_share = rival_outside / busy if busy else 0.0
     told_apart = sum(level["told_apart"] for level in checked)
     failing = [level for level in checked if level["outside_share"] > MAX_OUTSIDE_SHARE]
     detail = (
         f"on demand (vLLM): {sum(level['outside'] for level in checked)} of {samples} scraped samples outside "
         f"the blocks the requests in flight held (worst level {worst * 100:.1f} %, fail above "
-        f"{MAX_OUTSIDE_SHARE * 100:.0f} %); reserving prompt + max_tokens at admission: {rival_outside} "
-        f"outside ({rival_share * 100:.1f} %); {told_apart} ({told_apart / samples * 100:.1f} %) fit on demand "
-        f"and not reserved (pass above {MAX_OUTSIDE_SHARE * 100:.0f} %)"
+        f"{MAX_OUTSIDE_SHARE * 100:.0f} %); of the {busy} busy samples (a request in flight or blocks held), "
+        f"{rival_outside} ({rival_share * 100:.1f} %) outside reservation of prompt + max_tokens at admission and "
+        f"{told_apart} ({told_apart / busy * 100 if busy else 0:.1f} %) fit on demand and not reserved (pass above "
+        f"{MAX_OUTSIDE_SHARE * 100:.0f} %)"
     )
     if kv.get("prefix_caching") and unmatched:
         detail += f"; {unmatched} requests' prompts did not re-tokenize to the server's count (sharing unmodelled)"
@@ -318,7 +320,7 @@ def live_validation(
         if all(level["preemptions"] for level in failing):
             status = "warn"
             detail += "; requests were preempted, which the client cannot see, so the miss may be theirs"
-    elif told_apart / samples <= MAX_OUTSIDE_SHARE:
+    elif told_apart <= MAX_OUTSIDE_SHARE * busy:
         status = "warn"
         detail += (
             f"; this load cannot tell on-demand allocation from reservation (requests' whole lengths fit the "
@@ -334,6 +336,7 @@ def live_validation(
         "reservation_outside_share": rival_share,
         "told_apart": told_apart,
         "samples": samples,
+        "busy_samples": busy,
         "prefix_caching": bool(kv.get("prefix_caching")),
         "levels": levels,
     }
