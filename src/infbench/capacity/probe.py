@@ -107,6 +107,7 @@ class PassRecord:
     sessions: dict | None = None  # a pass of users in sessions: its sessions.session_figures
     turns_met: list[tuple[int, bool]] | None = None  # sessions: each counted turn's place and whether it met the SLO
     stalled: bool = False  # its client's event loop woke later than stall_limit_ms
+    number: int | None = None  # its place among the probe's passes, stalled ones included (the request table's `pass`)
 
     @classmethod
     def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
@@ -160,6 +161,7 @@ class PassRecord:
         completed_rate = measured.completed / window_s if window_s else None
         growth = measured.send_lag_growth_s
         return {
+            "pass": self.number,
             "window_s": [run.opened_s, run.closed_s],
             "sent": run.sent,
             "requests": counted,
@@ -204,13 +206,13 @@ def client_limits(passes: list[PassRecord], met_slo: int, counted: int, target: 
     """How the client, not the server, limited a probe (docs/method.md#client-limited-probes),
     empty where it did not: "behind", a pass's client fell behind its schedule and the probe
     did not miss at the load it got; "busy", a pass's client used CLIENT_FAIL of a core and the
-    server's queue never grew; "stalled", a pass measured after STALL_RETRIES stalled ones stalled
-    too (the stalled ones measured again are not among `passes`)."""
+    server's queue never grew; "stalled", a pass stalled and was not measured again, and the
+    server's queue never grew (passes measured again are not among `passes`)."""
     saturated = any(p.saturated for p in passes)
     missed = verdict(met_slo, counted, target, saturated, rule=rule) == "missed"
     limits = ["behind"] if any(p.client_behind for p in passes) and not missed else []
     limits += ["busy"] if any(p.client_busy for p in passes) and not saturated else []
-    return limits + (["stalled"] if any(p.stalled for p in passes) else [])
+    return limits + (["stalled"] if any(p.stalled for p in passes) and not saturated else [])
 
 
 def probe_record(passes: list[PassRecord], repeats: int, target: float, out_of_time: bool, rule=WILSON) -> dict:
@@ -301,8 +303,8 @@ def client_evidence(record: dict) -> str:
         "busy": f"its process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own delays "
         "are in the latencies",
         "stalled": f"its event loop stalled, woken up to {late_ms:.0f} ms late, in a pass not measured again "
-        f"({STALL_RETRIES} stalled passes measured again already, or the time was up), so its timestamps carry "
-        "the stall",
+        f"({STALL_RETRIES} stalled passes measured again already, the time up or the pool run dry), so its "
+        "timestamps carry the stall",
     }
     return " and ".join(reasons[limit] for limit in record["client_limited_by"])
 
@@ -443,7 +445,13 @@ class Prober:
                 trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
             )  # fmt: skip
             last = PassRecord.of(measured, slo_ms, int(load) if mode == "users" else None)
-            if last.stalled and len(stalled) < STALL_RETRIES and not out_of_time:
+            last.number = index + 1
+            exhausted = last.measured.run.exhausted and not replay  # a pool run dry has nothing to measure again
+            if (
+                last.stalled
+                and len(stalled) < STALL_RETRIES
+                and not (out_of_time or self.budget.out() or exhausted or last.saturated)
+            ):
                 stalled.append(last)
                 self.requests += [{**row, "counted": False} for row in rows]
                 self.progress(
@@ -461,7 +469,7 @@ class Prober:
                 or last.client_busy
                 or last.stalled
                 or verdict(met_slo_so_far, counted_so_far, target, last.saturated, rule=self.rule) != "undecided"
-                or (last.measured.run.exhausted and not replay)
+                or exhausted
             ):
                 break
         record = probe_record(passes, repeats, target, out_of_time, self.rule)

@@ -64,10 +64,10 @@ LAG_GROWTH_BEHIND = 0.1
 # averaged over its counted turns, exceeds the one drawn by more than this share: the client
 # was late to its users' turns, so it offered less load than its users (docs/method.md#sessions).
 THINK_LATE = 0.1
-# A pass whose client's event loop woke later than this share of the SLO's largest limit (at
-# least STALL_FLOOR_MS) stalled: for that long no stream was read, so every timestamp taken then
-# carries the delay. A probe measures a stalled pass again, at most STALL_RETRIES times
-# (docs/method.md#client-limited-probes).
+# A pass whose client's event loop woke later than this share of the SLO's TTFT limit (of its
+# smallest limit where it sets none; at least STALL_FLOOR_MS) stalled: for that long no stream was
+# read, so every timestamp taken then carries the delay. A probe measures a stalled pass again,
+# at most STALL_RETRIES times (docs/method.md#client-limited-probes).
 STALL_SHARE = 0.1
 STALL_FLOOR_MS = 100.0
 STALL_RETRIES = 2
@@ -83,7 +83,8 @@ HELD_CYCLES = 5
 
 
 def stall_limit_ms(slo_ms: dict) -> float:
-    return max(STALL_SHARE * max(slo_ms.values(), default=0.0), STALL_FLOOR_MS)
+    base = slo_ms.get("ttft", min(slo_ms.values(), default=0.0))
+    return max(STALL_SHARE * base, STALL_FLOOR_MS)
 
 
 def load_text(mode: str, load) -> str:

@@ -126,19 +126,23 @@ class _Pass:
         self.closed_at_deadline = False
         self.done = asyncio.Event()
         self.late: list[tuple[float, float]] = []  # (when, seconds late) of the watcher's late wake-ups
+        self.tick_asked = started  # when the watcher's sleep now under way began
 
     async def watch_loop(self) -> None:
         """Sleeps LOOP_TICK_S again and again, noting each wake-up later than a tick."""
         while True:
-            asked = time.perf_counter()
+            self.tick_asked = time.perf_counter()
             await asyncio.sleep(LOOP_TICK_S)
-            late = time.perf_counter() - asked - LOOP_TICK_S
+            late = time.perf_counter() - self.tick_asked - LOOP_TICK_S
             if late > LOOP_TICK_S:
                 self.late.append((self.now(), late))
 
     def loop_late_s(self, ended: float) -> float:
+        """The latest wake-up from the window's opening to `ended`, a sleep still under way at
+        `ended` counted as late as it then was."""
         opened = math.inf if self.opened is None else self.opened
-        return max((late for at, late in self.late if opened <= at <= ended), default=0.0)
+        pending = (ended, ended - (self.tick_asked - self.started) - LOOP_TICK_S)
+        return max((late for at, late in [*self.late, pending] if opened <= at <= ended and late > 0), default=0.0)
 
     def now(self) -> float:
         return time.perf_counter() - self.started
