@@ -81,3 +81,15 @@ def test_the_calibrated_model_predicts_what_a_level_costs_the_client(tmp_path):
     # 1.1 on a quiet machine; 1.52 once, with the machine drifted slower between the calibration
     # and the level. A model off by more than twice describes some other client.
     assert 1 / 2 <= measured / predicted <= 2, (measured, predicted, calibration)
+
+
+def test_a_level_whose_client_stalled_warns_whatever_its_cpu():
+    """A client that used 5 % of a core but whose event loop woke 450 ms late was starved, not
+    busy: its timestamps carry the stall (docs/method.md#client-limited-probes)."""
+    run = level(10, 100, 1.0, cpu_s=0.05)
+    assert client_ceiling_check(run, None)["status"] == "pass"
+    run.loop_late_s = 0.45
+    stalled = client_ceiling_check(run, None)
+    assert stalled["status"] == "warn" and "woke 450 ms late" in stalled["detail"]
+    run.loop_late_s = 0.05  # a busy loop's usual lateness
+    assert client_ceiling_check(run, None)["status"] == "pass"

@@ -249,6 +249,7 @@ class LevelRun:
     window: PassWindow | None = None  # a windowed pass; None: every request of the pass counted
     turns: dict[str, dict] = field(default_factory=dict)  # users in sessions: TurnLog.to_json by request id
     session_start_lags: list[float] | None = None  # sessions on a ramp: each one's first turn's send lag, s
+    loop_late_s: float | None = None  # a windowed pass: WindowRun.loop_late_s (None: not watched)
 
     def window_samples(self) -> list[dict]:
         """The /metrics scrapes the level's server figures are read from: the window's."""

@@ -6,7 +6,7 @@ import math
 import os
 import statistics
 
-from infbench.core.capacity_terms import HELD_CYCLES, THINK_LATE, USERS_HELD
+from infbench.core.capacity_terms import HELD_CYCLES, STALL_FLOOR_MS, THINK_LATE, USERS_HELD
 from infbench.core.checks import CLIENT_FAIL, CLIENT_WARN, check, not_available
 from infbench.core.metrics import MS, failures_text
 from infbench.serving.client import LevelRun
@@ -93,7 +93,8 @@ def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
     process's CPU seconds over the level's duration, and what the calibrated model says the
     level's rates need (client_cost: a r + b k for r requests and k chunks a second) over the
     cores its processes could use, min(P, the CPUs the client may use): processes that time-share
-    one core are no lighter than one."""
+    one core are no lighter than one. A windowed pass whose event loop woke over STALL_FLOOR_MS
+    late, its client starved, warns at least (docs/method.md#client-limited-probes)."""
     rates = client_rates(run)
     measured = max(run.process_cpu_s or [run.client_cpu_s]) / run.duration_s
     cores = min(run.processes, len(os.sched_getaffinity(0)))
@@ -114,6 +115,13 @@ def client_ceiling_check(run: LevelRun, client_cost: ClientCost | None) -> dict:
     else:
         detail += " (no calibration in this stage)"
     status = "fail" if share >= CLIENT_FAIL else "warn" if share >= CLIENT_WARN else "pass"
+    late_ms = (run.loop_late_s or 0.0) * MS
+    if late_ms > STALL_FLOOR_MS:
+        status = "fail" if status == "fail" else "warn"
+        detail += (
+            f"; its event loop woke {late_ms:.0f} ms late in the window (over {STALL_FLOOR_MS:.0f} ms): the client "
+            "was starved, and its requests' timestamps carry the stall"
+        )
     detail += (
         f"; from {CLIENT_WARN:.0%} warn, from {CLIENT_FAIL:.0%} fail: the level's numbers then describe the client, "
         "not the server (load.client_processes spreads a level over more processes, where CPUs are free)"

@@ -550,7 +550,7 @@ def level_run(measured: MeasuredPass) -> LevelRun:
             run.opened_s, run.closed_s, run.ended_s, run.sent, run.results, run.exhausted,
             measured.completed, measured.prompt_tokens, measured.output_tokens, run.cancelled,
         ),
-        turns=turn_logs(run),
+        turns=turn_logs(run), loop_late_s=run.loop_late_s,
     )  # fmt: skip
 
 
