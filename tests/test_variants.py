@@ -671,3 +671,36 @@ def test_an_endpoint_without_kv_facts_starts_its_search_unseeded(capsys):
     assert script.kv_facts_of("e", server) is None
     assert "variant e: no KV-cache facts" in capsys.readouterr().out
     assert script.kv_facts_of("e", SimpleNamespace(metrics=False)) is None
+
+
+def test_a_pass_whose_client_stalled_is_measured_again_on_the_same_requests(monkeypatch):
+    """Variant b's first pass of round 1: its client's event loop woke 450 ms late (over the
+    100 ms a 250 ms TTFT limit allows). It is measured again, on the same requests; its figures
+    are the second pass's, which says so. At most twice: a third stall is kept as it is."""
+    import infbench.serving.variants as variants_module
+    from infbench.core.metrics import RequestResult
+    from infbench.engines.server_metrics import MetricsSeries
+    from infbench.serving.client import LevelRun, StreamedResult
+
+    late = {("a", 1): [0.0], ("b", 1): [0.45, 0.0], ("a", 2): [0.5, 0.5, 0.5], ("b", 2): [0.0]}
+    batches = []
+
+    def measured_pass(server, batch, concurrency, *, api, seed, timeout_s):
+        batches.append((server, [r.id for r in batch]))
+        ttft = 0.5 if late[server, seed][0] else 0.01  # a stalled pass reads late
+        results = [StreamedResult(RequestResult(r.id, 4, 4, ttft, ttft + 0.03, [0.01] * 3), "", 0.0)
+                   for r in batch]  # fmt: skip
+        return LevelRun(results, 1.0, MetricsSeries([]), 0.1, [], 0.0, loop_late_s=late[server, seed].pop(0))
+
+    monkeypatch.setattr(variants_module, "measured_pass", measured_pass)
+    monkeypatch.setattr(variants_module, "ensure_alive", lambda *args: None)
+    workload = [
+        {"id": f"w{i}", "prompt": "p", "prompt_tokens": 4, "max_tokens": 4, "api": "completions"} for i in range(8)
+    ]
+    rounds = run_rounds({"a": "a", "b": "b"}, workload, levels=[4], requests=4, rounds=2,
+                        slo_ms={"ttft": 250}, timeout_s=5, seed=1, progress=print)  # fmt: skip
+    first, second = (one["levels"]["c=4"] for one in rounds)
+    assert (first["a"]["measured_again"], first["b"]["measured_again"]) == (0, 1)
+    assert first["b"]["median_ttft_ms"] == pytest.approx(10)  # the second pass's
+    assert (second["a"]["measured_again"], second["a"]["median_ttft_ms"]) == (2, pytest.approx(500))
+    assert batches[1][1] == batches[2][1] and batches[1][0] == batches[2][0] == "b"  # the same requests again

@@ -54,6 +54,32 @@ def unix_time(perf_counter_at: float) -> float:
 
 
 APIS = ("completions", "chat")
+# The client's event loop is watched by a sleep of this long, again and again (LoopWatch).
+LOOP_TICK_S = 0.01
+
+
+class LoopWatch:
+    """The event loop that timestamps every stream, watched: a LOOP_TICK_S sleep taken again and
+    again, each wake-up later than a tick noted. Late by a stall, every timestamp taken in it is
+    (docs/method.md#client-limited-probes)."""
+
+    def __init__(self):
+        self.late: list[tuple[float, float]] = []  # (perf_counter at wake-up, seconds late)
+        self.asked = time.perf_counter()  # when the sleep now under way began
+
+    async def run(self) -> None:
+        while True:
+            self.asked = time.perf_counter()
+            await asyncio.sleep(LOOP_TICK_S)
+            now = time.perf_counter()
+            if now - self.asked - LOOP_TICK_S > LOOP_TICK_S:
+                self.late.append((now, now - self.asked - LOOP_TICK_S))
+
+    def latest(self, since: float, until: float) -> float:
+        """The latest wake-up in [since, until] (perf_counter), a sleep still under way at
+        `until` counted as late as it then was."""
+        pending = (until, until - self.asked - LOOP_TICK_S)
+        return max((late for at, late in [*self.late, pending] if since <= at <= until and late > 0), default=0.0)
 
 
 def request_body(model: str, request: LoadRequest, api: str) -> tuple[str, dict]:
@@ -347,6 +373,8 @@ async def run_level(
             process_cpu_s,
         )  # fmt: skip
     client = openai_client(base_url, timeout_s, api_key)
+    watch = LoopWatch()
+    watcher = asyncio.ensure_future(watch.run())
     try:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
             started = time.perf_counter()
@@ -355,8 +383,10 @@ async def run_level(
             duration = time.perf_counter() - started
             cpu_s = time.process_time() - cpu_started
     finally:
+        watcher.cancel()
         await client.close()
-    return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started)
+    late_s = watch.latest(started, started + duration)
+    return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started, loop_late_s=late_s)
 
 
 def load_request(row: dict, pass_index: int) -> LoadRequest:

@@ -22,7 +22,15 @@ from infbench.core.metrics import RequestResult
 from infbench.engines.server_metrics import MetricsScraper, MetricsSeries
 from infbench.engines.vllm_server import ServerError, empty_prefix_cache
 from infbench.serving.arrivals import Arrivals, TraceArrivals
-from infbench.serving.client import LevelRun, LoadRequest, PassWindow, StreamedResult, openai_client, stream_request
+from infbench.serving.client import (
+    LevelRun,
+    LoadRequest,
+    LoopWatch,
+    PassWindow,
+    StreamedResult,
+    openai_client,
+    stream_request,
+)
 from infbench.serving.sessions import SessionPlan, sessions_open_loop, users_loop
 
 
@@ -84,8 +92,6 @@ SATURATED_SHARE = 0.5
 # Requests waiting, averaged over the second half of the window's scrapes, above the first
 # half's by at least this many: the queue keeps growing.
 QUEUE_GROWTH = 1.0
-# The client's event loop is watched by a sleep of this long, again and again (_Pass.watch_loop).
-LOOP_TICK_S = 0.01
 
 
 def saturation(sent_rate: float | None, completed_rate: float | None, samples: list[dict]) -> tuple[bool, bool]:
@@ -125,24 +131,13 @@ class _Pass:
         self.settled_early = False
         self.closed_at_deadline = False
         self.done = asyncio.Event()
-        self.late: list[tuple[float, float]] = []  # (when, seconds late) of the watcher's late wake-ups
-        self.tick_asked = started  # when the watcher's sleep now under way began
-
-    async def watch_loop(self) -> None:
-        """Sleeps LOOP_TICK_S again and again, noting each wake-up later than a tick."""
-        while True:
-            self.tick_asked = time.perf_counter()
-            await asyncio.sleep(LOOP_TICK_S)
-            late = time.perf_counter() - self.tick_asked - LOOP_TICK_S
-            if late > LOOP_TICK_S:
-                self.late.append((self.now(), late))
+        self.watch = LoopWatch()
 
     def loop_late_s(self, ended: float) -> float:
-        """The latest wake-up from the window's opening to `ended`, a sleep still under way at
-        `ended` counted as late as it then was."""
-        opened = math.inf if self.opened is None else self.opened
-        pending = (ended, ended - (self.tick_asked - self.started) - LOOP_TICK_S)
-        return max((late for at, late in [*self.late, pending] if opened <= at <= ended and late > 0), default=0.0)
+        """The client's event loop at its latest from the window's opening to `ended`."""
+        if self.opened is None:
+            return 0.0
+        return self.watch.latest(self.started + self.opened, self.started + ended)
 
     def now(self) -> float:
         return time.perf_counter() - self.started
@@ -359,7 +354,7 @@ async def run_window(
             cpu_started = time.process_time()
             # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
             state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
-            watcher = asyncio.ensure_future(state.watch_loop())
+            watcher = asyncio.ensure_future(state.watch.run())
             logs = None
             if sessions_on_schedule:
                 tasks, logs = await sessions_open_loop(
