@@ -324,8 +324,11 @@ def check_probes(probes: list[dict], settings: dict, target: float) -> None:
         limited = probe["client_limited"]
         behind = any(p["client_behind"] for p in passes) and not missed
         busy = any(share >= 0.8 for share in shares) and not saturated
-        assert probe["client_limited_by"] == ["behind"] * behind + ["busy"] * busy
-        assert limited == (behind or busy)
+        # ... or its event loop stalled in a pass kept (docs/method.md#client-limited-probes).
+        stalled = any(p["client_stalled"] for p in passes) and not saturated
+        assert all(p["client_stalled"] for p in probe["stalled_passes"])
+        assert probe["client_limited_by"] == ["behind"] * behind + ["busy"] * busy + ["stalled"] * stalled
+        assert limited == (behind or busy or stalled)
         expected = reference_decision(met_slo, probe["requests"], target, rule, saturated, limited)
         assert probe["decision"] == expected and probe["decided"] == (expected != "undecided")
         # Too few counted requests to be met even all within the SLO: no evidence of met either.
