@@ -110,16 +110,18 @@ class PassRecord:
     number: int | None = None  # its place among the probe's passes, stalled ones included (the request table's `pass`)
 
     @classmethod
-    def of(cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None) -> PassRecord:
-        """`users`: a users pass's users (sessions on a schedule: None)."""
+    def of(
+        cls, measured: MeasuredPass, slo_ms: dict, users: int | None = None, number: int | None = None
+    ) -> PassRecord:
+        """`users`: a users pass's users (sessions on a schedule: None); `number`: its place in the probe."""
         met = [meets_slo(r, slo_ms) for r in measured.counted]
         run = measured.run
         stalled = run.loop_late_s * MS > stall_limit_ms(slo_ms)
         if run.turns is None:
-            return cls(measured, sum(met), stalled=stalled)
+            return cls(measured, sum(met), stalled=stalled, number=number)
         places = [log.turn for log, counted in zip(run.turns, run.counted) if counted]
         turns_met = list(zip(places, met, strict=True))
-        return cls(measured, sum(met), session_figures(run, users), turns_met, stalled)
+        return cls(measured, sum(met), session_figures(run, users), turns_met, stalled, number)
 
     @property
     def requests(self) -> int:
@@ -444,8 +446,7 @@ class Prober:
                 measured.run, mode=mode, load=load, api=api, burstiness=self.load_settings["burstiness"],
                 trace_scale=arrivals.scale if replay else None, pass_number=index + 1, slo_ms=slo_ms,
             )  # fmt: skip
-            last = PassRecord.of(measured, slo_ms, int(load) if mode == "users" else None)
-            last.number = index + 1
+            last = PassRecord.of(measured, slo_ms, int(load) if mode == "users" else None, index + 1)
             exhausted = last.measured.run.exhausted and not replay  # a pool run dry has nothing to measure again
             if (
                 last.stalled
