@@ -17,7 +17,7 @@ With `--processes 1 2 4`, it then measures what the client sustains spread over 
 processes (infbench.serving.client_processes): a closed loop of `--ceiling-concurrency`
 requests in flight of `--output-tokens` x 5 tokens on a reference server that streams as fast
 as it can, each process count once a round in alternating order; it prints the chunks a
-second received and each process's CPU share (medians over rounds). Where the reference
+second received, a worker's CPU share and the dispatching process's (medians over rounds). Where the reference
 server's own process is the limit (it shares this machine's cores), more processes cannot
 raise it: the CPU share says which side was busy.
 """
@@ -117,15 +117,19 @@ def ceiling_rounds(options) -> list[dict]:
                     {
                         "processes": processes,
                         "chunks_per_s": chunks / run.duration_s,
-                        "cpu_share_per_process": run.client_cpu_s / run.duration_s / run.processes,
+                        # The workers' shares (one process: its own), then the calling process's dispatching.
+                        "worker_cpu_share": statistics.mean((run.process_cpu_s or [run.client_cpu_s])[: run.processes])
+                        / run.duration_s,
+                        "dispatcher_cpu_share": run.process_cpu_s[-1] / run.duration_s if run.process_cpu_s else 0.0,
                     }
                 )
-    print(f"\n{'processes':>9s} {'chunks/s (median)':>18s} {'CPU share a process':>20s}")
+    print(f"\n{'processes':>9s} {'chunks/s (median)':>18s} {'CPU share a worker':>19s} {'dispatcher':>11s}")
     for processes in options.processes:
         mine = [m for m in measured if m["processes"] == processes]
         print(
             f"{processes:9d} {statistics.median(m['chunks_per_s'] for m in mine):18.0f} "
-            f"{statistics.median(m['cpu_share_per_process'] for m in mine):20.2f}"
+            f"{statistics.median(m['worker_cpu_share'] for m in mine):19.2f} "
+            f"{statistics.median(m['dispatcher_cpu_share'] for m in mine):11.2f}"
         )
     return measured
 

@@ -107,9 +107,12 @@ def test_the_tiny_runs_search_records_every_probe_with_vllms_scrapes_and_limits(
 STEP_PER_RUNNING = {"ttft_ms": 10, "itl_ms": 0, "itl_ms_per_running": 10, "max_num_seqs": 64}
 
 
-def known_search(tmp_path, tpot_slo_ms: float, requests: int, max_tokens: int, **settings) -> tuple[dict, dict]:
+def known_search(
+    tmp_path, tpot_slo_ms: float, requests: int, max_tokens: int, client_processes: int = 1, **settings
+) -> tuple[dict, dict]:
     """A capacity search on STEP_PER_RUNNING under a TPOT SLO of `tpot_slo_ms`, its probes one
-    window of 10 requests over 0.3 s unless `settings` say otherwise: its settings and record."""
+    window of 10 requests over 0.3 s unless `settings` say otherwise, from `client_processes`:
+    its settings and record."""
     from conftest import searched
 
     from infbench.serving.reference_server import Schedule
@@ -120,22 +123,27 @@ def known_search(tmp_path, tpot_slo_ms: float, requests: int, max_tokens: int, *
         "max_search_s": 300, **settings,
     }  # fmt: skip
     slo = {"ttft": 1000, "tpot": tpot_slo_ms}
-    load_settings = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": slo}
+    load_settings = {"burstiness": 1.0, "warmup": False, "metrics_interval_s": 0.05, "slo_ms": slo,
+                     "client_processes": client_processes}  # fmt: skip
     pool = [{"id": f"r{i}", "prompt": f"prompt {i}", "prompt_tokens": 2, "max_tokens": max_tokens, "api": "completions"}
             for i in range(requests)]  # fmt: skip
     return settings, searched(tmp_path, Schedule(**STEP_PER_RUNNING), pool, settings, load_settings)
 
 
 @pytest.mark.slow  # a server start and five probes of about half a second
-def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_recorded(tmp_path):
+@pytest.mark.parametrize("client_processes", [1, 2])
+def test_a_schedule_with_a_known_capacity_is_bracketed_exactly_with_every_probe_recorded(tmp_path, client_processes):
     """Each decode step takes 10 ms per running request: TPOT 10c ms, under the 45 ms SLO up to
     c = 4 (40 ms) and over it from c = 5 (50 ms), 5 ms either side, more than a busy machine
     adds to a step on average. Bracketing from 2 (2, 4, 8) then bisecting (6, 5) finds
-    exactly [4, 5]: a finite capacity, the probe at 4 met and the one at 5 missed."""
+    exactly [4, 5]: a finite capacity, the probe at 4 met and the one at 5 missed; the same
+    with the probes' requests streamed by two client processes (load.client_processes)."""
     from conftest import check_probes
 
-    settings, record = known_search(tmp_path, 45, requests=300, max_tokens=4)
+    settings, record = known_search(tmp_path, 45, requests=300, max_tokens=4, client_processes=client_processes)
     search = record["concurrency"]
+    passes = [one for p in search["probes"] for one in p["stalled_passes"] + p["pass_records"]]
+    assert {one["client_processes"] for one in passes} == {client_processes}
     probes = {p["load"]: p for p in search["probes"]}
     shares = {load: p["attainment"] for load, p in probes.items()}
     assert (search["capacity"], search["first_failing"]) == (4, 5), shares

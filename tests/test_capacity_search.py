@@ -191,10 +191,10 @@ def test_wilson_interval_and_the_probes_verdict():
     assert verdict(35, 35, 0.9, saturated=True, client_limited=True) == "missed"
 
 
-def planted_pass(*, met_slo=40, requests=40, cpu_s=0.0, behind=False, saturated=False, seconds=10.0):
+def planted_pass(*, met_slo=40, requests=40, cpu_s=0.0, behind=False, saturated=False, seconds=10.0, spread=None):
     """A PassRecord of `requests` counted requests, `met_slo` of them within the SLO, whose client
-    used `cpu_s` CPU seconds over its `seconds`, fell behind its schedule and whose server
-    saturated as told."""
+    used `cpu_s` CPU seconds over its `seconds` (`spread`: each of its processes' seconds, the
+    workers' then the dispatcher's), fell behind its schedule and whose server saturated as told."""
     from infbench.core.metrics import RequestResult
     from infbench.engines.server_metrics import MetricsSeries
     from infbench.serving.client import StreamedResult
@@ -202,7 +202,9 @@ def planted_pass(*, met_slo=40, requests=40, cpu_s=0.0, behind=False, saturated=
 
     results = [StreamedResult(RequestResult(f"r{i}", 4, 4, 0.05, 0.2), "", sent_at=1.0) for i in range(requests)]
     run = WindowRun(results, [True] * requests, 0.0, seconds, seconds, MetricsSeries(), 0.0, False, requests)
-    run.client_cpu_s = cpu_s
+    run.client_cpu_s = sum(spread) if spread else cpu_s
+    if spread:
+        run.processes, run.process_cpu_s = len(spread) - 1, spread
     measured = MeasuredPass(run, True, requests, 0, 0.0, behind=saturated, send_lag_growth_s=seconds if behind else 0.0)
     return PassRecord(measured, met_slo)
 
@@ -227,7 +229,10 @@ def test_a_probes_client_is_the_limit_where_it_fell_behind_or_used_most_of_a_cor
     # Behind but missed, and busy: only the reason that counted is given as evidence.
     both = probe_record([planted_pass(behind=True, cpu_s=8.5, met_slo=2)], 3, 0.9, out_of_time=False)
     assert both["client_limited_by"] == ["busy"] and both["pass_records"][0]["client_behind"]
-    assert client_evidence(both) == "its process used 85 % of a core, so its own delays are in the latencies"
+    assert client_evidence(both).startswith("its busiest process used 85 % of a core, so its own delays are in the")
+    # Spread over processes: the busiest decides, not their sum.
+    assert limited(planted_pass(spread=[5.0, 5.0, 0.3])) == []
+    assert limited(planted_pass(spread=[8.0, 1.0, 0.3])) == ["busy"]
     # The share is over the whole pass (ramp, window and hold), as the CPU time is.
     ramped = planted_pass(cpu_s=6.0)
     ramped.measured.run.opened_s, ramped.measured.run.closed_s, ramped.measured.run.ended_s = 2.0, 8.0, 10.0
@@ -559,7 +564,7 @@ def test_the_capacity_checks_warn_naming_each_probe_whose_client_was_the_limit_a
     behind = kept(rate_search(behind=(40.0,)))
     assert behind["status"] == "warn" and behind["value"] == 1 and "40.00 req/s: it fell behind" in behind["detail"]
     busy = kept(rate_search(busy=(10.0,)))
-    assert busy["status"] == "warn" and "10.00 req/s: its process used 90 % of a core" in busy["detail"]
+    assert busy["status"] == "warn" and "10.00 req/s: its busiest process used 90 % of a core" in busy["detail"]
 
 
 def test_a_failing_load_the_client_could_not_send_is_client_limited_and_left_out_of_the_fit():

@@ -41,11 +41,15 @@ def open_loop_passes(server, rows, rates, window, slo_ms) -> dict:
     }
 
 
-def test_a_closed_loop_counts_only_requests_sent_in_its_window_with_the_load_held(tmp_path):
+@pytest.mark.parametrize("processes", [1, 3])
+def test_a_closed_loop_counts_only_requests_sent_in_its_window_with_the_load_held(tmp_path, processes):
+    """From one client process, and from three (ClientPool workers streaming, this process
+    keeping the window): the same pass."""
     # 10 tokens 10 ms apart after a 20 ms TTFT: about 0.11 s a request, 4 in flight.
     with ReferenceServer("m", tmp_path / "server.log", Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)) as server:
         supply = RequestSupply(ROWS, load_request, seed=1)
-        run = windowed(server, supply.take(), Window(0.8, 20), concurrency=4, arrivals=None)
+        run = windowed(server, supply.take(), Window(0.8, 20), concurrency=4, arrivals=None, processes=processes)
+    assert run.processes == processes and len(run.process_cpu_s or [None]) == (processes + 1 if processes > 1 else 1)
     opening = [r.sent_at - run.started for r in run.results[:4]]
     assert max(opening) < run.opened_s and not any(run.counted[:4])  # the opening wave is the ramp
     # The ramp: until as many requests have completed as are in flight (4).

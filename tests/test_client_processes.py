@@ -1,42 +1,34 @@
-"""A level spread over several client processes: the requests dealt round-robin, the cap on
-requests in flight split so that the level never exceeds it, every send at its scheduled
-time on the one clock, the results back in request order, no worker outliving the level; and
+"""A pass spread over several client processes (ClientPool): the cap on requests in flight
+kept, every send at its scheduled time on the one clock, the results back in request order,
+a cancelled request stopped in its worker, a worker that stops ending the pass, no worker
+outliving it; and
 load.client_processes auto choosing more than one only where the calibration says one would
 be the limit. On the reference server, whose timing is known."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import sys
+import threading
+import time
 
+import httpx
 import pytest
 from timing import SchedulingJitter
 
+from infbench.engines.server_metrics import parse_metrics
 from infbench.serving import client_processes
 from infbench.serving.arrivals import Arrivals
-from infbench.serving.client import LoadRequest, run_level, split_level
+from infbench.serving.client import LoadRequest, run_level
 from infbench.serving.client_cost import ClientCost
 from infbench.serving.level_checks import processes_needed
 from infbench.serving.reference_server import ReferenceServer, Schedule
 from infbench.serving.sweep import Level, expected_client_share
+from infbench.serving.window import Window, run_window
 
 REQUESTS = [LoadRequest(f"r{i}#0", "hello world", 2, 8) for i in range(24)]
-
-
-def test_requests_are_dealt_in_proportion_to_the_split_cap():
-    """c = 5 over 3 processes: caps 2, 2, 1, and requests dealt by slot (slots 0-1 to the
-    first, 2-3 to the second, 4 to the third), so that no process runs out of requests while
-    another still has a queue."""
-    shares = split_level(REQUESTS[:7], [0.1 * i for i in range(7)], 5, 3)
-    assert [share.indices for share in shares] == [[0, 1, 5, 6], [2, 3], [4]]
-    assert [[r.id for r in share.requests] for share in shares][1] == ["r2#0", "r3#0"]
-    assert shares[1].scheduled == pytest.approx([0.2, 0.3])
-    assert [share.concurrency for share in shares] == [2, 2, 1]
-    assert [len(share.requests) for share in split_level(REQUESTS, [], 4, 3)] == [12, 6, 6]  # caps 2, 1, 1
-    assert [share.indices for share in split_level(REQUESTS[:5], [0.0] * 5, None, 2)] == [[0, 2, 4], [1, 3]]
-    assert len(split_level(REQUESTS[:7], [], 2, 4)) == 2  # never more processes than slots
-    assert len(split_level(REQUESTS[:1], [], None, 4)) == 1  # nor than requests
 
 
 def test_the_client_check_reads_the_busiest_process_and_the_cores_they_could_use():
@@ -87,7 +79,7 @@ def test_an_open_loop_over_two_processes_keeps_the_schedule_and_the_request_orde
     alongside: the worst lag was 3.2 ms idle and 7.5 ms with three busy loops on 2 cores."""
     with SchedulingJitter() as jitter:
         two = level(server, 2, concurrency=None, arrivals=Arrivals(20.0))
-    assert two.processes == 2 and len(two.process_cpu_s) == 2
+    assert two.processes == 2 and len(two.process_cpu_s) == 3  # the two workers and the process dispatching
     assert [s.result.request_id for s in two.results] == [r.id for r in REQUESTS]
     assert all(s.result.success and s.result.output_tokens == 8 for s in two.results)
     lags = [s.ready_at - (two.started + when) for s, when in zip(two.results, two.scheduled)]
@@ -139,3 +131,69 @@ def test_auto_spreads_a_level_only_where_one_process_would_need_half_a_core():
     assert expected_client_share(Level(None, Arrivals(20.0)), REQUESTS, cost) == pytest.approx(0.028)
     assert expected_client_share(Level(None, Arrivals(400.0)), REQUESTS, cost) == pytest.approx(0.56)
     assert expected_client_share(Level(None, Arrivals(400.0)), REQUESTS, None) == 0.0
+
+
+def running_on(server) -> float:
+    return parse_metrics(httpx.get(f"{server.base_url}/metrics").text)["vllm:num_requests_running"]
+
+
+@pytest.mark.slow  # starts a server and client processes
+def test_a_windowed_pass_over_two_processes_cancels_what_it_left_in_flight(server):
+    """The pass ends once its last counted request has: the uncounted ones the workers still
+    stream are recorded as cancelled, as from one process, and the server is left idle (the
+    cancel itself: test_a_request_cancelled_in_the_pool_is_stopped_in_its_worker)."""
+    long = [LoadRequest(f"long{i}#0", "hello world", 2, 400 if i % 2 else 8) for i in range(200)]
+    run = asyncio.run(
+        run_window(server.base_url, "reference", iter(long), window=Window(0.2, 4), concurrency=4, arrivals=None,
+                   seed=0, interval_s=0.05, timeout_s=30, processes=2)
+    )  # fmt: skip
+    assert run.processes == 2 and run.counted_results and run.cancelled
+    assert len(run.process_cpu_s) == 3 and all(cpu_s > 0 for cpu_s in run.process_cpu_s)
+    assert running_on(server) == 0
+
+
+@pytest.mark.slow  # starts a server and client processes
+def test_a_worker_killed_mid_pass_fails_the_windowed_pass_with_one_line(server, monkeypatch):
+    """The planted fault: the second worker is killed once the pass is streaming, in a pass that
+    would last seconds; the pass stops there, not at its end, and no worker is left."""
+    started, killed_at = [], []
+    original = client_processes.subprocess.Popen
+
+    def popen(command, **kwargs):
+        started.append(original(command, **kwargs))
+        return started[-1]
+
+    def kill_once_streaming():
+        while running_on(server) < 2:
+            time.sleep(0.01)
+        killed_at.append(time.perf_counter())
+        started[1].kill()
+
+    monkeypatch.setattr(client_processes.subprocess, "Popen", popen)
+    killer = threading.Thread(target=kill_once_streaming)
+    killer.start()
+    with pytest.raises(RuntimeError, match=r"a client worker stopped \(exit status -9\) before it answered"):
+        asyncio.run(
+            run_window(server.base_url, "reference", itertools.cycle(REQUESTS), window=Window(5.0, 1000),
+                       concurrency=4, arrivals=None, seed=0, interval_s=0.05, timeout_s=30, processes=2)
+        )  # fmt: skip
+    killer.join()
+    assert time.perf_counter() - killed_at[0] < 2.0  # the window alone would run 5 s
+    assert len(started) == 2 and all(process.poll() is not None for process in started)
+
+
+@pytest.mark.slow  # starts a server and client processes
+def test_a_request_cancelled_in_the_pool_is_stopped_in_its_worker(server):
+    """A request whose task is cancelled (a pass ending, a user's session cut off) is cancelled in
+    the worker streaming it, the pool still open: the server stops it at once."""
+
+    async def cancel_one():
+        async with client_processes.ClientPool(2, server.base_url, 30, None) as pool:
+            task = asyncio.ensure_future(pool.stream("reference", LoadRequest("long#0", "hi", 2, 400), "completions"))
+            await asyncio.sleep(0.3)
+            streaming = await asyncio.to_thread(running_on, server)
+            task.cancel()
+            await asyncio.sleep(0.1)
+            return streaming, await asyncio.to_thread(running_on, server)
+
+    assert asyncio.run(cancel_one()) == (1, 0)  # 400 tokens 5 ms apart would stream for 2 s

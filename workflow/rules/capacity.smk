@@ -33,7 +33,7 @@ rule capacity:
         engine=config["engine"],
         server=config["server"],
         # Only what the search uses, so that changing the sweep's levels does not rerun it.
-        load={key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")},
+        load=search_load(),
         capacity=config["capacity"],
         # Only where the users search runs, so that session settings rerun nothing otherwise.
         sessions=config["sessions"] if config["sessions"]["capacity"] else None,

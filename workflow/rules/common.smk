@@ -128,6 +128,13 @@ def concurrency_search_config():
     return {key: config["capacity"][key] for key in CONCURRENCY_SEARCH_KEYS if key in config["capacity"]}
 
 
+def search_load():
+    """The load settings a capacity search reads (rules capacity, tuning and variants): only
+    these, so that changing the sweep's levels reruns none of them."""
+    keys = ("burstiness", "warmup", "metrics_interval_s", "slo_ms", "client_processes")
+    return {key: config["load"][key] for key in keys}
+
+
 def stage_config(wildcards, *sections):
     """The config that produced a stage's numbers, recorded in its artifact's provenance."""
     record = {section: MEASURED_BENCHMARK if section == "benchmark" else config[section] for section in sections}

@@ -135,7 +135,7 @@ rule tuning:
         engine=config["engine"],
         server=config["server"],
         # Only what tuning uses, so a load-sweep change does not rerun the grid.
-        load={key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")},
+        load=search_load(),
         tuning=config["tuning"],
         capacity=config["capacity"],
         seed=config["seed"],
@@ -221,11 +221,7 @@ rule variants:
         variants=config["variants"],
         slo_ms=config["load"]["slo_ms"],
         # The searches' settings, only where variants.capacity asks for them (as rule capacity's).
-        load=(
-            {key: config["load"][key] for key in ("burstiness", "warmup", "metrics_interval_s", "slo_ms")}
-            if config["variants"]["capacity"]
-            else None
-        ),
+        load=(search_load() if config["variants"]["capacity"] else None),
         capacity=concurrency_search_config(),
         seed=config["seed"],
         provenance_config=lambda wildcards: {

@@ -30,7 +30,7 @@ from infbench.serving.client import cycle_requests, load_request, run_level
 from infbench.serving.request_table import probe_rows
 from infbench.serving.sessions import SessionPlan, pooled_session_figures, session_figures, thinking_late
 from infbench.serving.sweep import Level, warmup_requests
-from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass
+from infbench.serving.window import MeasuredPass, RequestSupply, Window, ensure_alive, measure_pass, window_processes
 
 
 @dataclass(frozen=True)
@@ -142,9 +142,9 @@ class PassRecord:
 
     @property
     def client_cpu_share(self) -> float | None:
-        """The client process's CPU seconds over the pass's wall time: its share of one core."""
+        """The busiest client process's CPU seconds over the pass's wall time: its share of one core."""
         run = self.measured.run
-        return run.client_cpu_s / run.ended_s if run.ended_s else None
+        return max(run.process_cpu_s or [run.client_cpu_s]) / run.ended_s if run.ended_s else None
 
     @property
     def client_busy(self) -> bool:
@@ -183,6 +183,7 @@ class PassRecord:
             "send_lag_growth_ms": growth * MS if growth is not None else None,
             "client_behind": self.client_behind,
             "client_cpu_share": self.client_cpu_share,
+            "client_processes": run.processes,
             "client_loop_late_ms": run.loop_late_s * MS,
             "client_stalled": self.stalled,
             "mean_num_requests_running": sum(running) / len(running) if running else None,
@@ -302,8 +303,8 @@ def client_evidence(record: dict) -> str:
         "starting behind their schedule), so this load was not offered"
         if "sessions" in record
         else "it fell behind its schedule, so this load was not offered",
-        "busy": f"its process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own delays "
-        "are in the latencies",
+        "busy": f"its busiest process used {(record['client_cpu_share'] or 0) * 100:.0f} % of a core, so its own "
+        "delays are in the latencies (load.client_processes spreads a pass over more processes, where CPUs are free)",
         "stalled": f"its event loop stalled, woken up to {late_ms:.0f} ms late, in a pass not measured again "
         f"({STALL_RETRIES} stalled passes measured again already, the time up or the pool run dry), so its "
         "timestamps carry the stall",
@@ -440,6 +441,7 @@ class Prober:
                 timeout_s=self.timeout_s,
                 api=api,
                 users=self.sessions if users else None,
+                processes=window_processes(self.load_settings),
             )
             out_of_time |= measured.run.closed_at_deadline
             rows = probe_rows(

@@ -183,6 +183,8 @@ async def stream_request(
     status) and read raw: each read of the body is stamped as it arrives and split into its
     events, which are parsed after the last one. The whole request is held to the client's
     timeout. A failed request is a result, not an error."""
+    if not isinstance(client, openai.AsyncOpenAI):  # a ClientPool: one of its worker processes streams it
+        return await client.stream(model, request, api)
     path, body = request_body(model, request, api)
     started = time.perf_counter()
     arrived, buffer = [], b""
@@ -271,7 +273,7 @@ class LevelRun:
     scheduled: list[float]  # offered send offsets (open loop); empty for closed loop
     started: float  # perf_counter at the level's start; sends are timed from it
     processes: int = 1  # client processes the level was spread over
-    process_cpu_s: list[float] | None = None  # each client process's CPU seconds (None: one process)
+    process_cpu_s: list[float] | None = None  # each worker's CPU seconds, then the dispatching process's (None: one)
     window: PassWindow | None = None  # a windowed pass; None: every request of the pass counted
     turns: dict[str, dict] = field(default_factory=dict)  # users in sessions: TurnLog.to_json by request id
     session_start_lags: list[float] | None = None  # sessions on a ramp: each one's first turn's send lag, s
@@ -284,58 +286,30 @@ class LevelRun:
         return [s for s in self.metrics.samples if self.window.opened_s <= s["t"] <= self.window.closed_s]
 
 
-@dataclass
-class Share:
-    """The part of a level one client process sends: its requests (and their places in the
-    level), their scheduled send offsets (open loop; empty for a closed loop) and its cap on
-    requests in flight (None: no cap)."""
-
-    indices: list[int]
-    requests: list[LoadRequest]
-    scheduled: list[float]
-    concurrency: int | None
-
-
-def split_level(requests: list[LoadRequest], scheduled: list[float], concurrency: int | None, processes: int):
-    """The level's requests dealt to P shares in proportion to their caps on requests in flight:
-    the cap c is split as evenly as it goes (c // P each, one more for the first c mod P, so the
-    level never has more than c in flight) and request i goes to the share of slot i mod c (i
-    mod P without a cap), so every share keeps its slots busy as long as the others, and each
-    keeps the schedule's spread and its exact send times. P is at most c and at most the number
-    of requests. A share cannot lend a free slot to another: with requests of equal length this
-    is the single process's schedule."""
-    count = max(1, min(processes, len(requests), concurrency or processes))
-    caps = (
-        [None] * count
-        if concurrency is None
-        else [concurrency // count + (i < concurrency % count) for i in range(count)]
-    )
-    slots = list(range(count)) if concurrency is None else [share for share, cap in enumerate(caps) for _ in range(cap)]
-    dealt = [[] for _ in range(count)]
-    for index in range(len(requests)):
-        dealt[slots[index % len(slots)]].append(index)
-    return [
-        Share(picked, [requests[i] for i in picked], [scheduled[i] for i in picked] if scheduled else [], cap)
-        for picked, cap in zip(dealt, caps)
-    ]
-
-
-async def send_share(client: openai.AsyncOpenAI, model: str, share: Share, started: float, api: str):
-    """Every request of a share, each sent at `started` + its scheduled offset (at once for a
-    closed loop) as soon as one of the share's slots is free."""
-    gate = asyncio.Semaphore(share.concurrency) if share.concurrency is not None else contextlib.nullcontext()
+async def send_all(
+    client,
+    model: str,
+    requests: list[LoadRequest],
+    scheduled: list[float],
+    concurrency: int | None,
+    started: float,
+    api: str,
+) -> list[StreamedResult]:
+    """Every request, each sent at `started` + its scheduled offset (at once for a closed loop)
+    as soon as one of the `concurrency` slots is free (None: no cap)."""
+    gate = asyncio.Semaphore(concurrency) if concurrency is not None else contextlib.nullcontext()
 
     async def send(request, when):
         await asyncio.sleep(max(0.0, started + when - time.perf_counter()))
         ready = time.perf_counter()
         async with gate:
             streamed = await stream_request(client, model, request, api)
-        if share.scheduled:
+        if scheduled:
             streamed.ready_at, streamed.scheduled_s = ready, when
         return streamed
 
-    offsets = share.scheduled or [0.0] * len(share.requests)
-    return list(await asyncio.gather(*(send(r, w) for r, w in zip(share.requests, offsets))))
+    offsets = scheduled or [0.0] * len(requests)
+    return list(await asyncio.gather(*(send(r, w) for r, w in zip(requests, offsets))))
 
 
 async def run_level(
@@ -359,34 +333,37 @@ async def run_level(
     `processes` (client_processes). Without `scrape_metrics` (an endpoint with no /metrics)
     the level's server series is empty."""
     scheduled = [] if arrivals is None else arrivals.offsets(len(requests), seed)
-    shares = split_level(requests, scheduled, concurrency, processes)
-    if len(shares) > 1:
-        from infbench.serving.client_processes import run_shares
-
-        # Entering and leaving the scraper scrape synchronously: nothing is timed then.
-        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
-            results, started, duration, process_cpu_s = run_shares(
-                shares, base_url=base_url, model=model, timeout_s=timeout_s, api=api, api_key=api_key
-            )
-        return LevelRun(
-            results, duration, scraper.series(started), sum(process_cpu_s), scheduled, started, len(shares),
-            process_cpu_s,
-        )  # fmt: skip
-    client = openai_client(base_url, timeout_s, api_key)
+    processes = max(1, min(processes, len(requests), concurrency or processes))
     watch = LoopWatch()
     watcher = asyncio.ensure_future(watch.run())
+    client = openai_client(base_url, timeout_s, api_key) if processes == 1 else None
     try:
-        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
-            started = time.perf_counter()
-            cpu_started = time.process_time()
-            results = await send_share(client, model, shares[0], started, api)
-            duration = time.perf_counter() - started
-            cpu_s = time.process_time() - cpu_started
+        async with pool_or_none(processes, base_url, timeout_s, api_key) as pool:
+            with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
+                started = time.perf_counter()
+                cpu_started = time.process_time()
+                results = await send_all(pool or client, model, requests, scheduled, concurrency, started, api)
+                duration = time.perf_counter() - started
+                cpu_s = time.process_time() - cpu_started
     finally:
         watcher.cancel()
-        await client.close()
+        if client is not None:
+            await client.close()
+    if pool:
+        watch.late.extend(pool.late)
     late_s = watch.latest(started, started + duration)
-    return LevelRun(results, duration, scraper.series(started), cpu_s, scheduled, started, loop_late_s=late_s)
+    process_cpu_s = [*pool.process_cpu_s, cpu_s] if pool else None
+    return LevelRun(results, duration, scraper.series(started), sum(process_cpu_s or [cpu_s]), scheduled, started,
+                    processes, process_cpu_s, loop_late_s=late_s)  # fmt: skip
+
+
+def pool_or_none(processes: int, base_url: str, timeout_s: float, api_key: str | None):
+    """A ClientPool of `processes` workers, or for one process none (the caller's own client)."""
+    if processes == 1:
+        return contextlib.nullcontext()
+    from infbench.serving.client_processes import ClientPool
+
+    return ClientPool(processes, base_url, timeout_s, api_key)
 
 
 def load_request(row: dict, pass_index: int) -> LoadRequest:

@@ -46,6 +46,7 @@ from infbench.serving.window import (
     measure_pass,
     streamed_record,
     whole_sessions_run,
+    window_processes,
 )
 from infbench.workload.requests import WARMUP_MAX_TOKENS, has_chat_template
 
@@ -514,6 +515,7 @@ def run_sweep(
             **how(level),
             drain=True,  # every request vLLM timed among the results: the time split needs them
             users=sessions if level.users else None,
+            processes=window_processes(load),
         )
         return level_run(measured), session_figures(measured.run, level.concurrency) if level.users else None
 
@@ -521,7 +523,7 @@ def run_sweep(
         measured = measure_pass(
             server, iter(()), what=f"the load level {level.label}", pool=None, fix="lower the level",
             window=window, concurrency=None, arrivals=level.arrivals, seed=pass_seed, **how(level), drain=True,
-            users=sessions, whole_sessions=load["session_ramp"]["sessions"],
+            users=sessions, whole_sessions=load["session_ramp"]["sessions"], processes=window_processes(load),
         )  # fmt: skip
         return whole_sessions_run(measured.run)
 

@@ -29,6 +29,7 @@ from infbench.serving.client import (
     PassWindow,
     StreamedResult,
     openai_client,
+    pool_or_none,
     stream_request,
 )
 from infbench.serving.sessions import SessionPlan, sessions_open_loop, users_loop
@@ -60,7 +61,9 @@ class WindowRun:
     # Open loop: each counted request's send lag (when the client got to it less when it was
     # scheduled, seconds; a wait for a free slot is not in it), in send order.
     counted_send_lags_s: list[float] | None = None
-    client_cpu_s: float = 0.0  # this process's CPU seconds over the pass
+    client_cpu_s: float = 0.0  # every client process's CPU seconds over the pass, summed
+    processes: int = 1  # client processes: over one, ClientPool workers streamed the requests
+    process_cpu_s: list[float] | None = None  # each worker's CPU seconds, then this process's (None: one)
     settled_early: bool = False  # the window closed before min_requests: its outcome was fixed
     closed_at_deadline: bool = False  # the window closed early at Window.deadline
     cancelled: list[dict] = field(default_factory=list)  # cancelled_record of each request cut off at the end
@@ -132,6 +135,11 @@ class _Pass:
         self.closed_at_deadline = False
         self.done = asyncio.Event()
         self.watch = LoopWatch()
+        self.error: Exception | None = None  # a client worker that stopped (ClientPool.on_stop)
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.done.set()
 
     def loop_late_s(self, ended: float) -> float:
         """The client's event loop at its latest from the window's opening to `ended`."""
@@ -329,8 +337,9 @@ async def run_window(
     drain: bool = False,
     users: SessionPlan | None = None,
     whole_sessions: int | None = None,
+    processes: int = 1,
 ) -> WindowRun:
-    """One windowed pass from one client process: closed loop (`arrivals` None: `concurrency`
+    """One windowed pass: closed loop (`arrivals` None: `concurrency`
     in flight, or with `users` that many users in chat sessions, `supply` unused) or open loop
     (requests sent on `arrivals`, at most `concurrency` in flight where it is given, the ramp
     then lasting as many completions; with `users`, a chat session starting at each arrival,
@@ -339,43 +348,52 @@ async def run_window(
     A request is held to `timeout_s`, so the
     hold after the window ends within it. Once the last counted request has finished,
     nothing more is sent, and what is in flight is cancelled, or with `drain` left to finish
-    (uncounted), so that every request the server timed is among the results."""
+    (uncounted), so that every request the server timed is among the results. With `processes`
+    over one, the requests are streamed by that many client worker processes (ClientPool)."""
     if concurrency is None and arrivals is None:
         raise ValueError("a windowed pass is closed loop (concurrency) or open loop (arrivals)")
-    client = openai_client(base_url, timeout_s, api_key)
     if whole_sessions is not None:
         offsets, window = arrivals.offsets(whole_sessions, seed), Window(math.inf)  # never closes by time
     else:
         offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
     sessions_on_schedule = users is not None and arrivals is not None
+    client = openai_client(base_url, timeout_s, api_key) if processes == 1 else None
     try:
-        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
-            started = time.perf_counter()
-            cpu_started = time.process_time()
-            # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
-            state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
-            watcher = asyncio.ensure_future(state.watch.run())
-            logs = None
-            if sessions_on_schedule:
-                tasks, logs = await sessions_open_loop(
-                    client, model, users, offsets, state, seed, whole=whole_sessions is not None
-                )
-            elif users is not None:
-                tasks, logs = await users_loop(client, model, users, concurrency, state, seed)
-            elif arrivals is None:
-                tasks = await closed_loop(client, model, supply, concurrency, state, api)
-            else:
-                tasks = await open_loop(client, model, supply, offsets, state, api, concurrency)
-            ended = state.now()
-            cpu_s = time.process_time() - cpu_started
-            watcher.cancel()
-            if not drain:
-                for task in tasks:
-                    task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*tasks, return_exceptions=True)
+        async with pool_or_none(processes, base_url, timeout_s, api_key) as pool:
+            with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
+                started = time.perf_counter()
+                cpu_started = time.process_time()
+                # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
+                state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
+                if pool:
+                    pool.on_stop = state.fail
+                watcher = asyncio.ensure_future(state.watch.run())
+                sender, logs = pool or client, None
+                if sessions_on_schedule:
+                    tasks, logs = await sessions_open_loop(
+                        sender, model, users, offsets, state, seed, whole=whole_sessions is not None
+                    )
+                elif users is not None:
+                    tasks, logs = await users_loop(sender, model, users, concurrency, state, seed)
+                elif arrivals is None:
+                    tasks = await closed_loop(sender, model, supply, concurrency, state, api)
+                else:
+                    tasks = await open_loop(sender, model, supply, offsets, state, api, concurrency)
+                ended = state.now()
+                cpu_s = time.process_time() - cpu_started
+                watcher.cancel()
+                if not drain or state.error:
+                    for task in tasks:
+                        task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                if state.error:
+                    raise state.error
     finally:
-        await client.close()
+        if client is not None:
+            await client.close()
+    if pool:
+        state.watch.late.extend(pool.late)
     finished = sorted(state.results)  # cancelled requests never finished: they are not results
     return WindowRun(
         results=[state.results[i] for i in finished],
@@ -391,7 +409,9 @@ async def run_window(
         counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted) if i in state.send_lag]
         if offsets
         else None,
-        client_cpu_s=cpu_s,
+        client_cpu_s=cpu_s + sum(pool.process_cpu_s) if pool else cpu_s,
+        processes=processes,
+        process_cpu_s=[*pool.process_cpu_s, cpu_s] if pool else None,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
         cancelled=[
@@ -528,16 +548,27 @@ def measure_pass(
     return MeasuredPass.of(run, open_loop=how["arrivals"] is not None)
 
 
+def window_processes(load: dict) -> int:
+    """The client processes of a windowed pass: load.client_processes where it is a number;
+    auto: one (a windowed pass's rates are what it measures, so no calibration can size it
+    beforehand). See docs/method.md#serving-metrics-arrivals-repeats-the-client."""
+    processes = load.get("client_processes", "auto")
+    return 1 if processes == "auto" else processes
+
+
 def level_run(measured: MeasuredPass) -> LevelRun:
     """A windowed pass as a serving level's pass: its counted requests over its window, the
     client's CPU seconds at the pass's own rate over the window, the whole pass in `window`."""
     run = measured.run
     counted = run.counted_results
+    in_window = run.window_s / run.ended_s if run.ended_s else 0.0
     return LevelRun(
         results=counted,
         duration_s=run.window_s,
         metrics=run.metrics,
-        client_cpu_s=run.client_cpu_s * run.window_s / run.ended_s if run.ended_s else 0.0,
+        client_cpu_s=run.client_cpu_s * in_window,
+        processes=run.processes,
+        process_cpu_s=[cpu_s * in_window for cpu_s in run.process_cpu_s] if run.process_cpu_s else None,
         # Sessions keep their starts' lags, not a request schedule: only a session's first turn has a time.
         scheduled=[s.scheduled_s for s in counted] if run.counted_send_lags_s is not None and run.turns is None else [],
         started=run.started,
@@ -563,7 +594,8 @@ def whole_sessions_run(run: WindowRun) -> LevelRun:
         )
     return LevelRun(
         results=run.results, duration_s=run.ended_s, metrics=run.metrics, client_cpu_s=run.client_cpu_s,
-        scheduled=[], started=run.started, turns=turn_logs(run), session_start_lags=run.counted_send_lags_s,
+        scheduled=[], started=run.started, processes=run.processes, process_cpu_s=run.process_cpu_s,
+        turns=turn_logs(run), session_start_lags=run.counted_send_lags_s,
     )  # fmt: skip
 
 
