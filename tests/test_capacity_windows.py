@@ -57,7 +57,10 @@ def test_a_closed_loop_counts_only_requests_sent_in_its_window_with_the_load_hel
     assert ends[3] - 1e-6 <= run.opened_s < ends[4] + 0.05
     counted = run.counted_results
     assert run.window_s >= 0.8 and len(counted) >= 20
-    assert all(run.opened_s <= r.sent_at - run.started <= run.closed_s for r in counted)
+    # Counted when handed over, a worker sends it a hand-over later
+    # (docs/method.md#serving-metrics-arrivals-repeats-the-client).
+    handover_s = 0.05 if processes > 1 else 0.0
+    assert all(run.opened_s <= r.sent_at - run.started <= run.closed_s + handover_s for r in counted)
     assert not any(c for r, c in zip(run.results, run.counted) if not run.opened_s <= r.sent_at - run.started)
     # Held: from the window's opening to the last counted request's last token, 4 were running
     # (but for a scrape that falls between a request's end and its slot's next send).

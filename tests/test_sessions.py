@@ -81,11 +81,11 @@ SESSIONS_SETTINGS = {
 }
 
 
-def users_pass(server, plan, users=4, window=None, timeout_s=30):
+def users_pass(server, plan, users=4, window=None, timeout_s=30, processes=1):
     window = window or Window(3.0, 30)
     return asyncio.run(
         run_window(server.base_url, "m", iter(()), window=window, concurrency=users, arrivals=None, seed=0,
-                   interval_s=0.05, timeout_s=timeout_s, users=plan)
+                   interval_s=0.05, timeout_s=timeout_s, users=plan, processes=processes)
     )  # fmt: skip
 
 
@@ -97,12 +97,16 @@ def by_conversation(run) -> dict:
     return held
 
 
-@pytest.mark.parametrize(("reply", "think"), [("model", "fixed"), ("recorded", "exponential")])
-def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tmp_path, reply, think):
+@pytest.mark.parametrize(
+    ("reply", "think", "processes"), [("model", "fixed", 1), ("recorded", "exponential", 1), ("model", "fixed", 2)]
+)
+def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tmp_path, reply, think, processes):
+    """From one client process, and with the turns streamed by two (load.client_processes)."""
     plan = SessionPlan(conversations(), ThinkTime(0.2, think), reply, 512)
     schedule = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server, SchedulingJitter() as jitter:
-        run = users_pass(server, plan, window=Window(2.0, 24))
+        run = users_pass(server, plan, window=Window(2.0, 24), processes=processes)
+    assert run.processes == processes
     held = by_conversation(run)
     assert len(held) >= 4 and sum(run.counted) >= 24
     for turns in held.values():

@@ -342,9 +342,11 @@ async def run_level(
             with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
                 started = time.perf_counter()
                 cpu_started = time.process_time()
+                workers_cpu_started = pool.cpu_s() if pool else []
                 results = await send_all(pool or client, model, requests, scheduled, concurrency, started, api)
                 duration = time.perf_counter() - started
                 cpu_s = time.process_time() - cpu_started
+                workers_cpu_s = [now - then for then, now in zip(workers_cpu_started, pool.cpu_s() if pool else [])]
     finally:
         watcher.cancel()
         if client is not None:
@@ -352,7 +354,7 @@ async def run_level(
     if pool:
         watch.late.extend(pool.late)
     late_s = watch.latest(started, started + duration)
-    process_cpu_s = [*pool.process_cpu_s, cpu_s] if pool else None
+    process_cpu_s = [*workers_cpu_s, cpu_s] if pool else None
     return LevelRun(results, duration, scraper.series(started), sum(process_cpu_s or [cpu_s]), scheduled, started,
                     processes, process_cpu_s, loop_late_s=late_s)  # fmt: skip
 

@@ -363,6 +363,7 @@ async def run_window(
             with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
                 started = time.perf_counter()
                 cpu_started = time.process_time()
+                workers_cpu_started = pool.cpu_s() if pool else []
                 # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
                 state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
                 if pool:
@@ -381,6 +382,8 @@ async def run_window(
                     tasks = await open_loop(sender, model, supply, offsets, state, api, concurrency)
                 ended = state.now()
                 cpu_s = time.process_time() - cpu_started
+                workers_now = pool.cpu_s() if pool and not state.error else []  # a stopped worker has no CPU to read
+                workers_cpu_s = [now - then for then, now in zip(workers_cpu_started, workers_now)]
                 watcher.cancel()
                 if not drain or state.error:
                     for task in tasks:
@@ -409,9 +412,9 @@ async def run_window(
         counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted) if i in state.send_lag]
         if offsets
         else None,
-        client_cpu_s=cpu_s + sum(pool.process_cpu_s) if pool else cpu_s,
+        client_cpu_s=cpu_s + sum(workers_cpu_s),
         processes=processes,
-        process_cpu_s=[*pool.process_cpu_s, cpu_s] if pool else None,
+        process_cpu_s=[*workers_cpu_s, cpu_s] if pool else None,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
         cancelled=[
