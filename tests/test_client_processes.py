@@ -208,18 +208,34 @@ def test_a_request_cancelled_in_the_pool_is_stopped_in_its_worker(server):
 
 @pytest.mark.slow  # starts a server and client processes
 def test_each_request_goes_to_the_worker_with_the_fewest_in_flight(server):
+    """A long request, then a short one; once the short one is back, the next goes to the worker
+    that held it (none in flight), not in turn to the one still streaming the long one."""
+
     async def spread():
         async with client_processes.ClientPool(2, server.base_url, 30, None) as pool:
-            tasks = [
-                asyncio.ensure_future(pool.stream("reference", LoadRequest(f"l{i}#0", "hi", 2, 40), "completions"))
-                for i in range(5)
-            ]
+
+            def send(name, tokens):
+                request = LoadRequest(f"{name}#0", "hi", 2, tokens)
+                return asyncio.ensure_future(pool.stream("reference", request, "completions"))
+
+            long = send("long", 200)
+            await send("short", 2)
+            third = send("third", 2)
             await asyncio.sleep(0)
             in_flight = [len(worker.pending) for worker in pool.workers]
-            await asyncio.gather(*tasks)
+            await asyncio.gather(long, third)
             return in_flight
 
-    assert asyncio.run(spread()) == [3, 2]
+    assert asyncio.run(spread()) == [1, 1]
+
+
+def test_a_processs_cpu_seconds_are_read_from_proc_as_it_counts_them():
+    started = (client_processes.cpu_seconds(os.getpid()), time.process_time())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # burn a third of a second of CPU
+        pass
+    read = client_processes.cpu_seconds(os.getpid()) - started[0]
+    assert read == pytest.approx(time.process_time() - started[1], abs=0.03)
 
 
 @pytest.mark.slow  # starts a server and client processes

@@ -106,7 +106,7 @@ def test_each_turn_carries_the_conversation_so_far_and_follows_its_think_time(tm
     schedule = Schedule(ttft_ms=20, itl_ms=10, max_num_seqs=8)
     with ReferenceServer("m", tmp_path / "server.log", schedule) as server, SchedulingJitter() as jitter:
         run = users_pass(server, plan, window=Window(2.0, 24), processes=processes)
-    assert run.processes == processes
+    assert run.processes == processes and len(run.process_cpu_s or [None]) == (3 if processes == 2 else 1)
     held = by_conversation(run)
     assert len(held) >= 4 and sum(run.counted) >= 24
     for turns in held.values():

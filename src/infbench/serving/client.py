@@ -41,7 +41,8 @@ class StreamedResult:
     text: str
     sent_at: float  # perf_counter when the request was sent
     # Open loop: perf_counter when its scheduled time came and the client got to it (the sleep
-    # ended); sent_at - ready_at is its wait for a free slot (vLLM's client_queue_time).
+    # ended); sent_at - ready_at is its wait for a free slot (vLLM's client_queue_time), and
+    # spread over client processes, its hand-over to a worker too.
     ready_at: float | None = None
     scheduled_s: float | None = None  # open loop: its send offset in the schedule, from the pass's start
     max_tokens: int | None = None  # the output tokens it asked for

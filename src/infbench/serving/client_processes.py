@@ -17,6 +17,7 @@ pass with one line; every worker is killed when the pool closes, whatever closed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import pickle
@@ -74,7 +75,10 @@ async def pipe_writer(pipe) -> tuple[asyncio.WriteTransport, WritePipe]:
 
 def cpu_seconds(pid: int) -> float:
     """A process's user and system CPU seconds so far (/proc/<pid>/stat, in clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        raise RuntimeError("a client worker stopped before its pass ended; its error is above") from None
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
@@ -93,11 +97,9 @@ class Worker:
         self.writer.write(frame(message))
 
     def stopped(self) -> RuntimeError:
-        try:
-            status = f"exit status {self.process.wait(timeout=5)}"
-        except subprocess.TimeoutExpired:
-            status = "its output closed"
-        return RuntimeError(f"a client worker stopped ({status}) before it answered; its error is above")
+        status = self.process.poll()
+        how = f"exit status {status}" if status is not None else "its output closed"
+        return RuntimeError(f"a client worker stopped ({how}) before it answered; its error is above")
 
 
 class ClientPool:
@@ -122,6 +124,7 @@ class ClientPool:
         self.readers: list[asyncio.Task] = []
         self.late: list[tuple[float, float]] = []
         self.on_stop: Callable[[Exception], None] | None = None
+        self.error: RuntimeError | None = None  # the first worker that stopped
 
     async def __aenter__(self) -> ClientPool:
         try:
@@ -144,12 +147,16 @@ class ClientPool:
         return self
 
     def cpu_s(self) -> list[float]:
+        if self.error is not None:
+            raise RuntimeError(*self.error.args)
         return [cpu_seconds(worker.process.pid) for worker in self.workers]
 
     async def answer(self, worker: Worker):
         try:
             return await read_frame(worker.reader)
         except (asyncio.IncompleteReadError, EOFError):
+            with contextlib.suppress(subprocess.TimeoutExpired):  # its output closed: it is ending
+                await asyncio.to_thread(worker.process.wait, 5)
             raise worker.stopped() from None
 
     async def read(self, worker: Worker) -> None:
@@ -167,10 +174,14 @@ class ClientPool:
             self.fail(worker, error if isinstance(error, RuntimeError) else RuntimeError(f"a client worker: {error}"))
 
     def fail(self, worker: Worker, error: RuntimeError) -> None:
-        for future in [*worker.pending.values(), worker.closed]:
+        for future in worker.pending.values():
             if not future.done():  # an error of its own each: one raised in many tasks upsets CPython 3.11's compiler
                 future.set_exception(RuntimeError(*error.args))
         worker.pending.clear()
+        if worker.closed is not None and not worker.closed.done():
+            worker.closed.set_exception(RuntimeError(*error.args))
+            worker.closed.exception()  # raised where awaited; not an unretrieved error where not
+        self.error = self.error or error
         if self.on_stop is not None:
             self.on_stop(error)
 
@@ -185,6 +196,7 @@ class ClientPool:
             return await asyncio.wait_for(asyncio.shield(future), self.answer_s)
         except TimeoutError:
             error = RuntimeError(f"a client worker held a request over {self.answer_s:.0f} s without answering")
+            worker.pending.pop(key, None)
             self.fail(worker, error)
             raise error from None
         except asyncio.CancelledError:
@@ -206,8 +218,11 @@ class ClientPool:
         for reader in self.readers:
             reader.cancel()
         for worker in self.workers:
-            for pipe in worker.pipes:  # closing a transport closes its pipe
-                pipe.close()
+            for pipe in worker.pipes:  # closing a transport closes its pipe; nothing left to write matters
+                # A pipe its worker's exit ended is closed already (a read pipe without saying so).
+                with contextlib.suppress(AttributeError):
+                    if not pipe.is_closing():
+                        pipe.abort() if isinstance(pipe, asyncio.WriteTransport) else pipe.close()
             if worker.process.poll() is None:
                 worker.process.kill()
             worker.process.wait()

@@ -220,7 +220,7 @@ def validity_checks(
                 "client_queue",
                 "pass" if share <= QUEUE_SHARE_WARN else "warn",
                 share,
-                f"requests waited {median_queue * MS:.0f} ms (median) in the client for a free slot, "
+                f"requests waited {median_queue * MS:.0f} ms (median) in the client for a free slot (and a worker), "
                 f"{share:.0%} of the median E2E latency (warn above {QUEUE_SHARE_WARN:.0%}): latencies from the "
                 "send leave that wait out; e2el_including_client_queue counts it",
             )

@@ -433,7 +433,8 @@ def streamed_record(streamed: StreamedResult, started: float) -> dict:
 
     send lag      = ready - scheduled   (the client late to its own schedule: a busy event loop)
     client queue  = sent - ready        (waiting for a free slot under max_concurrency; vLLM's
-                                         client_queue_time)
+                                         client_queue_time; spread over client processes,
+                                         the hand-over to a worker too)
     """
     record = {**streamed.result.to_json(), "max_tokens": streamed.max_tokens, "sent_s": streamed.sent_at - started}
     if streamed.scheduled_s is not None:
