@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,14 +51,17 @@ def user_profile(tmp_path) -> str:
 
 
 SNAKEMAKE = str(REPO / ".venv/bin/snakemake") if (REPO / ".venv/bin/snakemake").exists() else shutil.which("snakemake")
+# Snakemake with the SLURM plugin's status checks at most 2 s apart (its back-off, 10 s more
+# after each check that finds nothing finished, cost about a minute a test here).
+SNAKEMAKE_ON_SLURM = [sys.executable, str(REPO / "tests/snakemake_quick_polls.py")]
 
 
 def slurm_command(workdir, profile: str, *args: str) -> list[str]:
     """Snakemake through the SLURM executor as docs/clusters-and-caches.md gives it. Without an
     accounting daemon job states come from squeue; the first status check after 2 s, not the
-    plugin's 40, keeps the test short."""
+    plugin's 40, and the next at most 2 s apart (SNAKEMAKE_ON_SLURM) keep the test short."""
     return [
-        SNAKEMAKE,
+        *SNAKEMAKE_ON_SLURM,
         "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--profile", profile, "--workflow-profile", "none",
         "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
