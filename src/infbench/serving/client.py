@@ -337,36 +337,50 @@ async def run_level(
     processes = max(1, min(processes, len(requests), concurrency or processes))
     watch = LoopWatch()
     watcher = asyncio.ensure_future(watch.run())
-    client = openai_client(base_url, timeout_s, api_key) if processes == 1 else None
     try:
-        async with pool_or_none(processes, base_url, timeout_s, api_key) as pool:
+        async with pass_client(processes, base_url, timeout_s, api_key, watch) as sender:
             with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
                 started = time.perf_counter()
-                cpu_started = time.process_time()
-                workers_cpu_started = pool.cpu_s() if pool else []
-                results = await send_all(pool or client, model, requests, scheduled, concurrency, started, api)
+                cpu_started = client_cpu(sender)
+                results = await send_all(sender, model, requests, scheduled, concurrency, started, api)
                 duration = time.perf_counter() - started
-                cpu_s = time.process_time() - cpu_started
-                workers_cpu_s = [now - then for then, now in zip(workers_cpu_started, pool.cpu_s() if pool else [])]
+                process_cpu_s = cpu_since(cpu_started, sender)
     finally:
         watcher.cancel()
-        if client is not None:
-            await client.close()
-    if pool:
-        watch.late.extend(pool.late)
     late_s = watch.latest(started, started + duration)
-    process_cpu_s = [*workers_cpu_s, cpu_s] if pool else None
-    return LevelRun(results, duration, scraper.series(started), sum(process_cpu_s or [cpu_s]), scheduled, started,
-                    processes, process_cpu_s, loop_late_s=late_s)  # fmt: skip
+    return LevelRun(results, duration, scraper.series(started), sum(process_cpu_s), scheduled, started, processes,
+                    process_cpu_s if processes > 1 else None, loop_late_s=late_s)  # fmt: skip
 
 
-def pool_or_none(processes: int, base_url: str, timeout_s: float, api_key: str | None):
-    """A ClientPool of `processes` workers, or for one process none (the caller's own client)."""
+@contextlib.asynccontextmanager
+async def pass_client(processes: int, base_url: str, timeout_s: float, api_key: str | None, watch: LoopWatch):
+    """What a pass sends through, closed after it: its own openai client, or for `processes`
+    over one a ClientPool of that many workers, whose event loops' late wake-ups then join
+    `watch` (the pass's loop lateness is the latest of all its processes')."""
     if processes == 1:
-        return contextlib.nullcontext()
+        client = openai_client(base_url, timeout_s, api_key)
+        try:
+            yield client
+        finally:
+            await client.close()
+        return
     from infbench.serving.client_processes import ClientPool
 
-    return ClientPool(processes, base_url, timeout_s, api_key)
+    async with ClientPool(processes, base_url, timeout_s, api_key) as pool:
+        yield pool
+    watch.late.extend(pool.late)
+
+
+def client_cpu(sender) -> list[float]:
+    """The CPU seconds so far of the processes a pass sends through: a ClientPool's workers
+    (read from /proc), then this process."""
+    workers = [] if isinstance(sender, openai.AsyncOpenAI) else sender.cpu_s()
+    return [*workers, time.process_time()]
+
+
+def cpu_since(started: list[float], sender) -> list[float]:
+    """Each of those processes' CPU seconds since `started` (client_cpu then)."""
+    return [now - then for then, now in zip(started, client_cpu(sender), strict=True)]
 
 
 def load_request(row: dict, pass_index: int) -> LoadRequest:

@@ -28,8 +28,9 @@ from infbench.serving.client import (
     LoopWatch,
     PassWindow,
     StreamedResult,
-    openai_client,
-    pool_or_none,
+    client_cpu,
+    cpu_since,
+    pass_client,
     stream_request,
 )
 from infbench.serving.sessions import SessionPlan, sessions_open_loop, users_loop
@@ -120,8 +121,8 @@ class _Pass:
     """The bookkeeping of one pass: what was sent, when the window opened and closed, and the
     counted requests still in flight."""
 
-    def __init__(self, window: Window, ramp: int, started: float):
-        self.window, self.ramp, self.started = window, ramp, started
+    def __init__(self, window: Window, ramp: int, started: float, watch: LoopWatch):
+        self.window, self.ramp, self.started, self.watch = window, ramp, started, watch
         self.sent = 0
         self.results: dict[int, StreamedResult] = {}
         self.in_flight: dict[int, tuple[LoadRequest, float, float | None]] = {}  # request, sent_at, scheduled_s
@@ -134,7 +135,6 @@ class _Pass:
         self.settled_early = False
         self.closed_at_deadline = False
         self.done = asyncio.Event()
-        self.watch = LoopWatch()
         self.error: Exception | None = None  # a client worker that stopped (ClientPool.on_stop)
 
     def fail(self, error: Exception) -> None:
@@ -357,46 +357,37 @@ async def run_window(
     else:
         offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
     sessions_on_schedule = users is not None and arrivals is not None
-    client = openai_client(base_url, timeout_s, api_key) if processes == 1 else None
-    try:
-        async with pool_or_none(processes, base_url, timeout_s, api_key) as pool:
-            with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
-                started = time.perf_counter()
-                cpu_started = time.process_time()
-                workers_cpu_started = pool.cpu_s() if pool else []
-                # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
-                state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started)
-                if pool:
-                    pool.on_stop = state.fail
-                watcher = asyncio.ensure_future(state.watch.run())
-                sender, logs = pool or client, None
-                if sessions_on_schedule:
-                    tasks, logs = await sessions_open_loop(
-                        sender, model, users, offsets, state, seed, whole=whole_sessions is not None
-                    )
-                elif users is not None:
-                    tasks, logs = await users_loop(sender, model, users, concurrency, state, seed)
-                elif arrivals is None:
-                    tasks = await closed_loop(sender, model, supply, concurrency, state, api)
-                else:
-                    tasks = await open_loop(sender, model, supply, offsets, state, api, concurrency)
-                ended = state.now()
-                cpu_s = time.process_time() - cpu_started
-                workers_now = pool.cpu_s() if pool and not state.error else []  # a stopped worker has no CPU to read
-                workers_cpu_s = [now - then for then, now in zip(workers_cpu_started, workers_now)]
-                watcher.cancel()
-                if not drain or state.error:
-                    for task in tasks:
-                        task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.gather(*tasks, return_exceptions=True)
-                if state.error:
-                    raise state.error
-    finally:
-        if client is not None:
-            await client.close()
-    if pool:
-        state.watch.late.extend(pool.late)
+    watch = LoopWatch()
+    async with pass_client(processes, base_url, timeout_s, api_key, watch) as sender:
+        with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
+            started = time.perf_counter()
+            cpu_started = client_cpu(sender)
+            # Sessions on a schedule: the window opens at a time (SessionPlan.ramp_s), not at a count.
+            state = _Pass(window, math.inf if sessions_on_schedule else concurrency or 1, started, watch)
+            if processes > 1:
+                sender.on_stop = state.fail
+            watcher = asyncio.ensure_future(watch.run())
+            logs = None
+            if sessions_on_schedule:
+                tasks, logs = await sessions_open_loop(
+                    sender, model, users, offsets, state, seed, whole=whole_sessions is not None
+                )
+            elif users is not None:
+                tasks, logs = await users_loop(sender, model, users, concurrency, state, seed)
+            elif arrivals is None:
+                tasks = await closed_loop(sender, model, supply, concurrency, state, api)
+            else:
+                tasks = await open_loop(sender, model, supply, offsets, state, api, concurrency)
+            ended = state.now()
+            process_cpu_s = [] if state.error else cpu_since(cpu_started, sender)  # a stopped worker has no CPU
+            watcher.cancel()
+            if not drain or state.error:
+                for task in tasks:
+                    task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if state.error:
+                raise state.error
     finished = sorted(state.results)  # cancelled requests never finished: they are not results
     return WindowRun(
         results=[state.results[i] for i in finished],
@@ -412,9 +403,9 @@ async def run_window(
         counted_send_lags_s=[state.send_lag[i] for i in sorted(state.counted) if i in state.send_lag]
         if offsets
         else None,
-        client_cpu_s=cpu_s + sum(workers_cpu_s),
+        client_cpu_s=sum(process_cpu_s),
         processes=processes,
-        process_cpu_s=[*workers_cpu_s, cpu_s] if pool else None,
+        process_cpu_s=process_cpu_s if processes > 1 else None,
         settled_early=state.settled_early,
         closed_at_deadline=state.closed_at_deadline,
         cancelled=[
