@@ -40,21 +40,16 @@ lint: setup
 # Two groups, each timed: the fast tests (pure Python, the reference server, dry runs) on three
 # pytest-xdist workers as `make test-fast`, but those that bound a time by the machine's jitter
 # (marked timing) in one process, alone: their planted faults were seen failing only with a CPU
-# to spare. Then the slow ones (real vLLM, the tiny model's pipeline run once and shared): those
-# that run an engine or read the tiny run (marked engine, tests/conftest.py) in one process, the
-# others (reference servers, dry runs) beside them in another, their output printed after; the
-# timing ones last, alone. Two engines on two cores measured each other (a vLLM validity check and
-# two timing tests failed in one of two tries, docs/run-times.md), so no two run at once.
+# to spare. Then the slow ones (real vLLM, the tiny model's pipeline run once and shared), in one
+# process: run beside each other on two cores they measured each other (a vLLM validity check
+# and two timing tests failed in one of two tries).
 test: setup
 	bash scripts/setup-test-system.sh
 	@started=$$(date +%s); echo "== test group 1 of 2: fast"; python -m pytest -m "not slow and not timing" -n 3 && \
 	python -m pytest -m "not slow and timing"; status=$$?; \
 	echo "== test group fast took $$(( $$(date +%s) - started )) s"; exit $$status
 	@started=$$(date +%s); echo "== test group 2 of 2: slow (real engines and pipeline runs)"; \
-	beside=$$(mktemp); python -m pytest -m "slow and not cluster and not timing and not engine" > $$beside 2>&1 & \
-	python -m pytest -m "slow and not cluster and not timing and engine"; status=$$?; \
-	wait $$! || status=1; echo "== the slow tests run beside vLLM's:"; cat $$beside; rm -f $$beside; \
-	python -m pytest -m "slow and not cluster and timing" || status=1; \
+	python -m pytest -m "slow and not cluster"; status=$$?; \
 	echo "== test group slow took $$(( $$(date +%s) - started )) s"; exit $$status
 
 # The pipeline through SLURM's sbatch on a one-node cluster started on this machine (root:

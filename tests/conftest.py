@@ -3,9 +3,7 @@ helpers to run the real workflow in a scratch working directory."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import fcntl
 import math
 import os
 import shutil
@@ -30,16 +28,6 @@ def default_config() -> dict:
     return copy.deepcopy(load_default_config())
 
 
-@contextlib.contextmanager
-def cache_lock():
-    """The model cache built by one process at a time: `make test` runs the slow tests in two
-    pytest processes, either of which may be first to ask for a model."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
     """The embedded default model, converted by the real `model` code once per cache."""
@@ -48,10 +36,9 @@ def embedded_model() -> Path:
 
     spec = {"name": "smollm2-135m-instruct", "source": "embedded"}
     folder = CACHE / "models" / spec["name"]
-    with cache_lock():
-        if not (folder / "model.json").is_file():
-            download_model(spec, CACHE / "downloads" / spec["name"])
-            resolve_model(spec, folder, CACHE / "downloads" / spec["name"])
+    if not (folder / "model.json").is_file():
+        download_model(spec, CACHE / "downloads" / spec["name"])
+        resolve_model(spec, folder, CACHE / "downloads" / spec["name"])
     return folder
 
 
@@ -62,9 +49,8 @@ def tiny_model(embedded_model) -> Path:
     from infbench.model.folder import truncate_layers
 
     folder = CACHE / "models" / "tiny-smollm2-2layers"
-    with cache_lock():
-        if not (folder / "config.json").is_file():
-            truncate_layers(embedded_model, folder, num_layers=2)
+    if not (folder / "config.json").is_file():
+        truncate_layers(embedded_model, folder, num_layers=2)
     return folder
 
 
@@ -196,16 +182,10 @@ def tiny_run(tmp_path_factory, tiny_model) -> Path:
 REAL_MODEL_FIXTURES = {"embedded_model", "tiny_model", "tiny_run"}
 
 
-# Tests that run an engine (vLLM, or Transformers on the embedded model) or read the tiny run
-# (which does) are marked engine: `make test` runs them in one pytest process and the other slow
-# tests beside it in another, so that no two engines share the two cores at once.
-@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers added here
 def pytest_collection_modifyitems(items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
-        if "tiny_run" in item.fixturenames:
-            item.add_marker(pytest.mark.engine)
         function = getattr(item, "function", None)
         if function is not None and "SchedulingJitter" in function.__code__.co_names:
             item.add_marker(pytest.mark.timing)  # `make test` runs these in one process, alone

@@ -3,8 +3,6 @@ flight held, under vLLM's on-demand allocation and under its rival, reservation 
 
 import statistics
 
-import pytest
-
 from infbench.kv.simulator import blocks_for
 from infbench.kv.validation import (
     MAX_OUTSIDE_SHARE,
@@ -283,7 +281,6 @@ def test_live_validation_against_the_server(tiny_run):
         assert shifted_share(busy[0], kv, shift) > MAX_OUTSIDE_SHARE
 
 
-@pytest.mark.engine
 def test_shared_prefix_blocks_on_vllm(tiny_model, tmp_path):
     """vLLM with prefix caching on, at blocks of 32: 16 requests in fours behind one 100-token
     system prompt, each of 8 questions asked twice. Usage fits the band that counts every

@@ -33,7 +33,6 @@ def test_embedded_model_facts(embedded_model):
     assert "quantization_config" not in json.loads((embedded_model / "config.json").read_text())
 
 
-@pytest.mark.engine
 def test_transformers_continues_with_paris(embedded_model):
     tokenizer = AutoTokenizer.from_pretrained(embedded_model)
     model = AutoModelForCausalLM.from_pretrained(embedded_model, dtype=torch.float32)
@@ -44,7 +43,6 @@ def test_transformers_continues_with_paris(embedded_model):
 
 
 @pytest.mark.slow
-@pytest.mark.engine
 def test_vllm_continues_with_paris(embedded_model, default_config):
     from vllm import LLM, SamplingParams
 

@@ -153,7 +153,6 @@ def test_same_weights_check_passes_for_the_same_model(artifacts):
     assert agreement["flagged"] is False and agreement["consistency"] >= 0.9
 
 
-@pytest.mark.engine
 def test_hf_runs_and_counts_on_the_configured_device(tiny_model):
     runner = HFRunner(str(tiny_model), "float32", threads=2, device="cpu")
     run = runner.run_batch([{"id": "a", "prompt": "The capital of France is", "max_tokens": 5}])
@@ -162,7 +161,6 @@ def test_hf_runs_and_counts_on_the_configured_device(tiny_model):
     assert 0 < run.results[0].ttft < run.results[0].e2el
 
 
-@pytest.mark.engine
 def test_same_weights_check_masks_the_stop_tokens_vllm_suppressed(embedded_model):
     """vLLM generates with EOS suppressed (ignore_eos, min_tokens). Where the model would stop,
     HF must be asked for its best non-stop token, or every natural end counts as a mismatch."""
@@ -193,7 +191,6 @@ def greedy_outputs(model, tokenizer, prompts: dict, tokens: int = 24) -> dict:
     return outputs
 
 
-@pytest.mark.engine
 def test_same_weights_check_separates_weights_not_dtypes(embedded_model, tiny_model):
     """Greedy text of the full model, teacher-forced through: the same weights (passes); the
     2-layer model cut from them (flagged); and, from a bfloat16 run, through the float32 model

@@ -262,7 +262,6 @@ def test_chat_level_runs_each_prompt_through_the_chat_template(tiny_run):
 
 
 @pytest.mark.slow  # starts vLLM's server process (about 8 s until it exits): the fast group stays under a minute
-@pytest.mark.engine
 def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
     args = vllm_engine_args(tmp_path / "no-such-model", "float32", default_config["engine"], 0, "cpu")
     server = VLLMServer(args, "missing", tmp_path / "server.log", env=engine_env(2, "cpu"), startup_timeout_s=180)
@@ -275,7 +274,6 @@ def test_bad_model_path_fails_fast_and_cleanly(tmp_path, default_config):
     assert port_is_free(server.port)
 
 
-@pytest.mark.engine
 def test_port_in_use_is_refused_before_starting(tmp_path, tiny_model, default_config):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -345,7 +343,6 @@ def start_snakemake(workdir: Path, target: str) -> subprocess.Popen:
     )
 
 
-@pytest.mark.engine
 def test_server_killed_mid_level_fails_the_rule_and_counts_failures(tmp_path, tiny_model):
     workdir = serve_workdir(tmp_path, tiny_model, window_s=600)
     run = start_snakemake(workdir, "results/tiny/load.json")
