@@ -473,8 +473,8 @@ def test_each_variants_capacity_is_searched_in_turns_and_a_higher_one_is_found_a
     slowed by the machine leaves it decided. Through the stage's script: the searches take turns probe by
     probe, the order rotated each turn (a b, b a, ...); the candidate's
     capacity is higher by the intervals, and the gate on it fails once the two are swapped."""
-    from infbench.capacity.measure import CONCURRENCY_SEARCH_KEYS
     from infbench.core.artifacts import read_json
+    from infbench.core.capacity_terms import CONCURRENCY_SEARCH_KEYS
     from infbench.serving import variants
 
     capacity = {

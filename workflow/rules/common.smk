@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from infbench import stages
-from infbench.capacity.measure import CONCURRENCY_SEARCH_KEYS
 from infbench.core import code_inputs
+from infbench.core.capacity_terms import CONCURRENCY_SEARCH_KEYS
 from infbench.core.config import ConfigError, canonical, resolve_path, validate_config
 from infbench.core.hardware import resolve_dtype
 
@@ -123,7 +123,7 @@ def concurrency_search_config():
     """The capacity settings variants.capacity's searches read; None where it is off."""
     if not config["variants"]["capacity"]:
         return None
-    # Only what the searches read (capacity.measure.CONCURRENCY_SEARCH_KEYS): no other capacity
+    # Only what the searches read (core.capacity_terms.CONCURRENCY_SEARCH_KEYS): no other capacity
     # setting reruns the variants rule.
     return {key: config["capacity"][key] for key in CONCURRENCY_SEARCH_KEYS if key in config["capacity"]}
 

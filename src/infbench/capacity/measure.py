@@ -87,14 +87,6 @@ def search_start(prober: Prober, configured: int, slo_ms: dict) -> dict:
     return {**unchanged, "pilot": pilot, "why": f"{why}: starting at capacity.start_concurrency"}
 
 
-# What a concurrency search on a running server (ServerSearches) reads of the capacity settings:
-# the variants rule passes only these, so that no other capacity setting reruns it.
-CONCURRENCY_SEARCH_KEYS = (
-    "attainment", "decision", "confidence", "window_s", "window_requests", "repeats", "start_concurrency",
-    "max_concurrency", "max_probes", "max_search_s", "tolerance",
-)  # fmt: skip
-
-
 class ServerSearches:
     """A running server's capacity searches: its prober (within capacity.max_search_s a search,
     or `budget`), its KV prediction, and each search's steps (capacity.search.search_steps) and

@@ -1,11 +1,20 @@
 """How a capacity search's results are worded, shared by the capacity package (which states its
 checks in these words) and the report (which shows them): the ways a search ends, what would
 fix each, the share of a window a client may fall behind by, the rule that decides a probe,
-and a load or capacity as text."""
+and a load or capacity as text; and which capacity settings a concurrency search reads."""
 
 from __future__ import annotations
 
 import math
+
+# What a concurrency search on a running server (capacity.measure.ServerSearches) reads of the
+# capacity settings: the variants rule passes only these, so that no other capacity setting
+# reruns it. Here, not in capacity.measure, so that the workflow reads it without importing the
+# measurement code (0.6 s a Snakemake start).
+CONCURRENCY_SEARCH_KEYS = (
+    "attainment", "decision", "confidence", "window_s", "window_requests", "repeats", "start_concurrency",
+    "max_concurrency", "max_probes", "max_search_s", "tolerance",
+)  # fmt: skip
 
 BELOW, ABOVE = -math.inf, math.inf  # a capacity's crossing lies below the lowest probe / above the highest
 

@@ -42,15 +42,21 @@ def module_file(module: str, package: Path = PACKAGE) -> Path | None:
     return None
 
 
-def _imported_modules(path: Path) -> list[str]:
+def _imported_modules(path: Path) -> tuple[str, ...]:
     """The package's modules (and names that may be modules) one file imports, anywhere in it."""
+    stat = path.stat()
+    return _imports_in(path, stat.st_mtime_ns, stat.st_size)
+
+
+@cache  # every rule's script reaches the same package files: each is parsed once while unchanged
+def _imports_in(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
     modules: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             modules += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             modules += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-    return [module for module in modules if module.split(".")[0] == "infbench"]
+    return tuple(module for module in modules if module.split(".")[0] == "infbench")
 
 
 def package_imports(path: Path, package: Path = PACKAGE) -> set[Path]:
