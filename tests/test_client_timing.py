@@ -5,8 +5,10 @@ arrives, and a `/metrics` page that is slow to answer. vLLM cannot serve as the 
 here: its own latencies are what a test could not tell apart from the client's."""
 
 import asyncio
+import gc
 import json
 import time
+import weakref
 
 from inprocess import InProcessServer
 from starlette.responses import PlainTextResponse, StreamingResponse
@@ -111,3 +113,29 @@ def test_counter_deltas_include_the_first_and_last_moments_of_a_level():
         run = level(server, requests=2, interval_s=60.0)
     first, last = run.metrics.first_last("vllm:num_preemptions_total")
     assert (first, last) == (0.0, 2.0)
+
+
+class Cycle:
+    def __init__(self):
+        self.itself = self
+
+
+def test_a_level_collects_and_freezes_the_heap_before_it_starts():
+    """What lived before a level is out of the collector's scans while it runs, and garbage
+    cycles made before it are gone: a full scan of the heap mid-level is a stall of its timing
+    loop (docs/method.md#client-limited-probes). The automatic collector is off here, so that
+    only the level's own collection can free the cycle."""
+    kept = [[index] for index in range(100_000)]
+    cycle = Cycle()
+    gone = weakref.ref(cycle)
+    del cycle
+    gc.disable()
+    try:
+        with ScheduledStreamServer(requests_per_level=1) as server:
+            run = level(server, requests=1, interval_s=60.0, tokens=2)
+        assert run.results[0].result.success
+        assert gone() is None
+        assert gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.enable()
+        gc.unfreeze()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import time
 from dataclasses import dataclass, field
@@ -335,6 +336,7 @@ async def run_level(
     the level's server series is empty."""
     scheduled = [] if arrivals is None else arrivals.offsets(len(requests), seed)
     processes = max(1, min(processes, len(requests), concurrency or processes))
+    settle_gc()
     watch = LoopWatch()
     watcher = asyncio.ensure_future(watch.run())
     try:
@@ -350,6 +352,16 @@ async def run_level(
     late_s = watch.latest(started, started + duration)
     return LevelRun(results, duration, scraper.series(started), sum(process_cpu_s), scheduled, started, processes,
                     process_cpu_s if processes > 1 else None, loop_late_s=late_s)  # fmt: skip
+
+
+def settle_gc() -> None:
+    """Before a pass: Python's cyclic garbage collector run now, and what survives frozen out of
+    its later scans (as vLLM's engine core freezes its heap after start-up). A full collection
+    scans every tracked object; in a stage holding a tokenizer, a request pool and earlier
+    passes' records, one took up to 130 ms on B, and many times that with the engine busy on the
+    same cores, a stall in the pass's event loop (docs/method.md#client-limited-probes)."""
+    gc.collect()
+    gc.freeze()
 
 
 @contextlib.asynccontextmanager
