@@ -125,6 +125,7 @@ def test_a_level_collects_and_freezes_the_heap_before_it_starts():
     cycles made before it are gone: a full scan of the heap mid-level is a stall of its timing
     loop (docs/method.md#client-limited-probes). The automatic collector is off here, so that
     only the level's own collection can free the cycle."""
+    gc.unfreeze()  # what earlier levels in this process froze
     kept = [[index] for index in range(100_000)]
     cycle = Cycle()
     gone = weakref.ref(cycle)

@@ -355,11 +355,9 @@ async def run_level(
 
 
 def settle_gc() -> None:
-    """Before a pass: Python's cyclic garbage collector run now, and what survives frozen out of
-    its later scans (as vLLM's engine core freezes its heap after start-up). A full collection
-    scans every tracked object; in a stage holding a tokenizer, a request pool and earlier
-    passes' records, one took up to 130 ms on B, and many times that with the engine busy on the
-    same cores, a stall in the pass's event loop (docs/method.md#client-limited-probes)."""
+    """Before a pass, in every process it sends from: Python's cyclic garbage collector run now,
+    and what survives frozen out of its later scans, so that no full scan of the heap stalls the
+    pass's event loop (docs/method.md#client-limited-probes)."""
     gc.collect()
     gc.freeze()
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infbench.core.errors import UserError
-from infbench.serving.client import LoadRequest, LoopWatch, StreamedResult, openai_client, stream_request
+from infbench.serving.client import LoadRequest, LoopWatch, StreamedResult, openai_client, settle_gc, stream_request
 
 # A worker's command line.
 WORKER = [sys.executable, "-m", "infbench.serving.client_processes"]
@@ -239,6 +239,7 @@ async def work(inbox: asyncio.StreamReader, outbox: asyncio.WriteTransport) -> N
 
     job = await read_frame(inbox)
     client = openai_client(job["base_url"], job["timeout_s"], job["api_key"])
+    settle_gc()
     watch = LoopWatch()
     watcher = asyncio.ensure_future(watch.run())
     tasks: dict[int, asyncio.Task] = {}
