@@ -14,7 +14,9 @@ from infbench.core.errors import UserError
 
 
 @contextlib.contextmanager
-def rule_logging(log_path: str | os.PathLike):
+def rule_logging(log_path: str | os.PathLike, signalled: list[int] | None = None):
+    """`signalled`: the stop signals received while the rule ran; a failure after one is the
+    interrupt's, whatever it raised."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     terminal = os.dup(2)
@@ -35,12 +37,12 @@ def rule_logging(log_path: str | os.PathLike):
             traceback.print_exc()
             if isinstance(error, UserError):
                 line = f"error: {error}"
-            elif isinstance(error, KeyboardInterrupt):
+            elif isinstance(error, KeyboardInterrupt) or signalled:
                 line = "interrupted; partial outputs were removed, rerun the same command to continue"
             else:
                 line = f"error: {type(error).__name__}: {error} (unexpected; full traceback in {log_path})"
             os.write(terminal, (line + "\n").encode())
-            if isinstance(error, (UserError, KeyboardInterrupt)):
+            if isinstance(error, (UserError, KeyboardInterrupt)) or signalled:
                 raise SystemExit(1) from None
             raise
         finally:

@@ -23,10 +23,14 @@ from infbench.core.artifacts import read_json, write_json
 from infbench.core.rule_logging import rule_logging
 
 
-def raise_on_sigterm() -> None:
-    """SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C, so `finally` blocks run."""
+def raise_on_sigterm(received: list[int]) -> None:
+    """SIGTERM (Snakemake stopping a job) unwinds like Ctrl-C, so `finally` blocks run; each
+    signal is also kept in `received`: an interrupt raised while Python runs a finalizer
+    (`__del__`) is printed and dropped, and the stage then fails another way (in CI, its
+    server, stopped by the same signal, stopped answering)."""
 
     def handler(signum, frame):
+        received.append(signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
@@ -107,6 +111,7 @@ class StageRun:
 def run_stage(main: Callable[[StageRun], None], snakemake) -> None:
     """Run `main` as the rule's body, logging to the rule's first log (its own, where a rule
     also keeps its servers' logs)."""
-    with rule_logging(snakemake.log[0]):
-        raise_on_sigterm()
+    signalled: list[int] = []
+    with rule_logging(snakemake.log[0], signalled):
+        raise_on_sigterm(signalled)
         main(StageRun(snakemake.input, snakemake.output, snakemake.log, snakemake.params))
