@@ -35,14 +35,15 @@ def rule_logging(log_path: str | os.PathLike, signalled: list[int] | None = None
             yield
         except BaseException as error:
             traceback.print_exc()
+            interrupted = isinstance(error, KeyboardInterrupt) or bool(signalled)
             if isinstance(error, UserError):
                 line = f"error: {error}"
-            elif isinstance(error, KeyboardInterrupt) or signalled:
+            elif interrupted:
                 line = "interrupted; partial outputs were removed, rerun the same command to continue"
             else:
                 line = f"error: {type(error).__name__}: {error} (unexpected; full traceback in {log_path})"
             os.write(terminal, (line + "\n").encode())
-            if isinstance(error, (UserError, KeyboardInterrupt)) or signalled:
+            if isinstance(error, UserError) or interrupted:
                 raise SystemExit(1) from None
             raise
         finally:

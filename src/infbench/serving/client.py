@@ -336,7 +336,6 @@ async def run_level(
     the level's server series is empty."""
     scheduled = [] if arrivals is None else arrivals.offsets(len(requests), seed)
     processes = max(1, min(processes, len(requests), concurrency or processes))
-    settle_gc()
     watch = LoopWatch()
     watcher = asyncio.ensure_future(watch.run())
     try:
@@ -366,7 +365,9 @@ def settle_gc() -> None:
 async def pass_client(processes: int, base_url: str, timeout_s: float, api_key: str | None, watch: LoopWatch):
     """What a pass sends through, closed after it: its own openai client, or for `processes`
     over one a ClientPool of that many workers, whose event loops' late wake-ups then join
-    `watch` (the pass's loop lateness is the latest of all its processes')."""
+    `watch` (the pass's loop lateness is the latest of all its processes'). This process's heap
+    is settled first (settle_gc; each worker settles its own), before the pass's clock starts."""
+    settle_gc()
     if processes == 1:
         client = openai_client(base_url, timeout_s, api_key)
         try:

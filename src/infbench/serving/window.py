@@ -31,7 +31,6 @@ from infbench.serving.client import (
     client_cpu,
     cpu_since,
     pass_client,
-    settle_gc,
     stream_request,
 )
 from infbench.serving.sessions import SessionPlan, sessions_open_loop, users_loop
@@ -358,7 +357,6 @@ async def run_window(
     else:
         offsets = [] if arrivals is None else open_loop_offsets(arrivals, window, seed, timeout_s)
     sessions_on_schedule = users is not None and arrivals is not None
-    settle_gc()
     watch = LoopWatch()
     async with pass_client(processes, base_url, timeout_s, api_key, watch) as sender:
         with MetricsScraper(base_url, interval_s, enabled=scrape_metrics) as scraper:
